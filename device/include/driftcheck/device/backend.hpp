@@ -1,0 +1,89 @@
+// One backend interface, one registry. A backend has a dotted name (`cpu.rmsnorm.cuda_kernel`,
+// `gpu.attn.unified`, `mutant.rmsnorm.stride_ignored`), says whether it supports a case and, when not, why, and
+// runs a case by writing the case's output tensors (and in-place inputs). Errors are thrown as BackendError.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "driftcheck/reference/case.hpp"
+
+namespace driftcheck {
+
+enum class BackendKind : std::uint8_t { kCpu, kGpu, kMutant };
+
+class BackendError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Whether a backend can run a case; `reason` says why not, in the field's words ("block_size 128: ROCM_ATTN's
+// custom kernel supports 16 and 32 only").
+struct Support {
+  bool ok = true;
+  std::string reason;
+  static Support yes() { return {}; }
+  static Support no(std::string why) { return {false, std::move(why)}; }
+};
+
+// The numerics a backend declares; the oracle derives its tolerance from them (docs/ORACLE.md).
+struct Numerics {
+  // rmsnorm family: roundings to the output format on the way to each output element (1: fp32 math, one final
+  // rounding; 2: x * s rounded, then multiplied by the weight and rounded again).
+  int output_roundings = 1;
+  // attention: P (softmax weights) rounded to the activation dtype before P.V, as Triton kernels do.
+  bool p_rounded = false;
+  // attention: partial outputs of KV partitions stored in the activation dtype before the merge (ROCM_ATTN).
+  bool partials_rounded = false;
+  // fp8 KV: dequantised K/V rounded to the activation dtype before the dot products (Triton unified).
+  bool kv_dequant_rounded = false;
+  // Metamorphic contracts the oracle checks bit for bit.
+  bool deterministic = true;
+  bool batch_invariant = true;       // a row's bits do not depend on the other rows/sequences in the batch
+  bool block_permutation_invariant = true;  // physical KV block placement does not change any bit
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::string_view description() const = 0;  // one line: what kernel it models, and its source
+  virtual BackendKind kind() const = 0;
+  virtual OpKind op() const = 0;
+  // False with a reason when the backend cannot run on this machine (no GPU, no driver).
+  virtual bool available(std::string* why) const {
+    (void)why;
+    return true;
+  }
+  virtual Support supports(const Case& c) const = 0;
+  // Writes c's outputs. May be called concurrently from several threads on different cases.
+  virtual void run(Case& c) const = 0;
+  virtual Numerics numerics() const { return {}; }
+  // Mutants: the correct backend this one breaks, and the bug class it models with its source (issue/PR).
+  virtual std::string_view mutates() const { return {}; }
+  virtual std::string_view bug_class() const { return {}; }
+};
+
+class Registry {
+ public:
+  void add(std::unique_ptr<Backend> b);  // throws InvalidArgument on a duplicate name
+  const std::vector<std::unique_ptr<Backend>>& all() const { return backends_; }
+  const Backend* find(std::string_view name) const;
+  // Backends whose name matches a glob (`*` and `?`; a comma-separated list of globs is their union).
+  std::vector<const Backend*> match(std::string_view globs, bool include_mutants) const;
+
+ private:
+  std::vector<std::unique_ptr<Backend>> backends_;
+};
+
+// The process-wide registry with every built-in backend registered (CPU twins, mutants, and GPU backends when
+// the build has them).
+const Registry& registry();
+
+bool glob_match(std::string_view pattern, std::string_view text);
+std::string_view backend_kind_name(BackendKind k);
+
+}  // namespace driftcheck
