@@ -59,6 +59,9 @@ class Backend {
     return true;
   }
   virtual Support supports(const Case& c) const = 0;
+  // One line summarising what supports() accepts ("bf16/fp16/fp32; block_size 16 or 32; head_dim 64/128"), for
+  // `driftcheck list`. Empty when the backend has not written one.
+  virtual std::string supports_summary() const { return {}; }
   // Writes c's outputs. May be called concurrently from several threads on different cases.
   virtual void run(Case& c) const = 0;
   virtual Numerics numerics() const { return {}; }
