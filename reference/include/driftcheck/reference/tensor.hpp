@@ -1,6 +1,7 @@
 // Tensors as real kernels see them: a dtype, a shape, strides in elements and an element offset into a shared
-// storage. Several tensors may view one storage (strided rows, misaligned bases, an output aliasing an input), and
-// the bytes of the storage not covered by any view act as guard bands the oracle checks after a backend ran.
+// storage. Several tensors may view one storage (strided rows, misaligned bases, an output aliasing an
+// input), and the bytes of the storage not covered by any view act as guard bands the oracle checks after a
+// backend ran.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +37,11 @@ struct Storage {
   // Raw encoding of element i (the low dtype_size bytes), for bit-exact comparisons and fp8 reinterpretation.
   std::uint64_t load_bits(std::int64_t i) const;
   void store_bits(std::int64_t i, std::uint64_t bits);
+  // Elements first, first + stride, ..., n of them, with one dtype dispatch for the whole run (the fast path
+  // of gathers and row copies). Same values and rounding as load/store; every index is bounds-checked.
+  void load_f64(std::int64_t first, std::int64_t stride, std::int64_t n, double* out) const;
+  void store_f64(std::int64_t first, std::int64_t stride, std::int64_t n, const double* in,
+                 Overflow ov = Overflow::kIeee);
 };
 
 using Shape = std::vector<std::int64_t>;
@@ -45,13 +51,15 @@ class Tensor {
   Tensor() = default;
   // A fresh contiguous, zero-filled tensor.
   static Tensor zeros(DType t, Shape shape);
-  // A view into an existing storage. Throws InvalidArgument if any element falls outside the storage or a stride
-  // is negative.
+  // A view into an existing storage. Throws InvalidArgument if any element falls outside the storage or a
+  // stride is negative.
   static Tensor view(std::shared_ptr<Storage> storage, Shape shape, Shape strides, std::int64_t offset);
-  // A contiguous view whose rows are `row_stride` elements apart (>= last dim), starting `offset` elements into a
-  // storage that also holds `guard` spare elements before and after: the usual way to build strided, misaligned
-  // tensors with guard bands.
-  static Tensor padded(DType t, Shape shape, std::int64_t row_stride, std::int64_t offset, std::int64_t guard);
+  // A view whose last dim is contiguous, whose rows (dim -2) are `row_stride` elements apart (>= last dim;
+  // outer dims packed), starting at element guard + offset of a fresh zero-filled storage that ends `guard`
+  // elements after the view's last element: the usual way to build strided, misaligned tensors with guard
+  // bands.
+  static Tensor padded(DType t, Shape shape, std::int64_t row_stride, std::int64_t offset,
+                       std::int64_t guard);
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return storage_->dtype; }
@@ -66,7 +74,9 @@ class Tensor {
 
   // Storage index of a multi-index (checked against the shape in debug and by at()).
   std::int64_t index(std::span<const std::int64_t> idx) const;
-  std::int64_t index(std::initializer_list<std::int64_t> idx) const { return index(std::span(idx.begin(), idx.size())); }
+  std::int64_t index(std::initializer_list<std::int64_t> idx) const {
+    return index(std::span(idx.begin(), idx.size()));
+  }
   double at(std::initializer_list<std::int64_t> idx) const { return storage_->load(index(idx)); }
   void set(std::initializer_list<std::int64_t> idx, double v, Overflow ov = Overflow::kIeee) {
     storage_->store(index(idx), v, ov);
@@ -76,7 +86,8 @@ class Tensor {
 
   // All elements in row-major order, as doubles (exact).
   std::vector<double> to_f64() const;
-  std::vector<float> to_f32() const;  // only for dtypes that fit float exactly (all but fp64/int32 large values)
+  std::vector<float> to_f32()
+      const;  // only for dtypes that fit float exactly (all but fp64/int32 large values)
   // Writes row-major values, rounding each to the dtype once.
   void copy_from(std::span<const double> values, Overflow ov = Overflow::kIeee);
 
