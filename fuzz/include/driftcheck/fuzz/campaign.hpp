@@ -1,0 +1,89 @@
+// Fuzz campaigns: a deterministic stream of cases checked against a set of backends.
+//
+// Case k of seed s is draw_case(ops[k % ops.size()], s, k): replayable alone with the op, seed and index.
+// Worker threads take case indices from an atomic counter; each case is prepared once (reference + baseline)
+// and judged for every selected backend of its op. A failing case is shrunk (RapidCheck's shrink tree, first
+// shrink that still fails with the same verdict, repeated within a step budget), deduplicated by (op,
+// backend, verdict, shape class of the drawn case) and saved as a repro bundle. Everything is journaled
+// (journal.hpp) so a killed campaign resumes where its last checkpoint says, and ends with report.json /
+// report.md (reports/report.hpp).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "driftcheck/device/backend.hpp"
+#include "driftcheck/fuzz/oracle.hpp"
+#include "driftcheck/fuzz/spec.hpp"
+#include "driftcheck/reports/report.hpp"
+
+namespace driftcheck::fuzz {
+
+// Bad input from the user (unknown op or backend, conflicting flags, an existing campaign directory): exit 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline constexpr double kDefaultSeconds = 20.0;
+inline constexpr std::string_view kToolVersion = "0.1.0";
+
+struct CampaignOptions {
+  std::vector<OpKind> ops;       // empty: every op (or, with backend_globs, the ops of the selected backends)
+  std::string backend_globs;     // empty: every available non-mutant backend
+  bool include_mutants = false;  // add mutant.* backends (also implied by a glob starting with "mutant")
+  std::optional<double> seconds;       // budget; with neither seconds nor cases, kDefaultSeconds
+  std::optional<std::uint64_t> cases;  // total case indices, resumed ones included
+  std::uint64_t seed = 1;
+  int jobs = 0;  // 0: one per hardware thread
+  std::filesystem::path out_dir = "driftcheck-out";
+  bool resume = false;
+  int shrink_steps = 200;           // evaluations a shrink may spend
+  double shrink_seconds = 10.0;     // and wall time
+  double checkpoint_seconds = 2.0;  // progress records in the journal
+  std::string command_line;         // recorded in the report
+  std::ostream* log = nullptr;      // progress line and summary (nullptr: silent)
+  bool log_is_tty = false;          // refresh the progress line in place
+  GenOptions gen;
+};
+
+struct Selection {
+  std::vector<OpKind> ops;
+  std::vector<const Backend*> backends;
+  std::vector<std::string> unavailable;  // backends a glob matched but that cannot run here, with why
+  std::vector<std::string> errors;       // asked-for things that can run nothing (ops without backends)
+};
+// Resolves ops and backends. Throws UsageError when a glob matches no backend at all.
+Selection select_backends(const std::vector<OpKind>& ops, const std::string& globs, bool include_mutants);
+
+struct CampaignResult {
+  reports::Report report;
+  int exit_code = 0;  // 0 clean, 1 findings or zero-case errors, 3 internal error
+};
+
+// Runs (or resumes) a campaign into options.out_dir. Throws UsageError for bad options; internal errors
+// inside the run end it early with exit code 3 and are listed in the report.
+CampaignResult run_campaign(const CampaignOptions& options);
+
+// The one-off checks behind `driftcheck replay`.
+struct CheckResult {
+  Support support;
+  Evaluation evaluation;  // meaningful only when support.ok
+};
+CheckResult check_case(const Backend& backend, Case pristine);
+
+// The command that replays case `index` of seed `seed` alone.
+std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index,
+                                  std::string_view backend);
+
+// The campaign's op for case k: ops interleaved so every op gets every n-th index.
+inline OpKind stream_op(const std::vector<OpKind>& ops, std::uint64_t k) {
+  return ops[k % ops.size()];
+}
+
+}  // namespace driftcheck::fuzz

@@ -1,0 +1,218 @@
+#include "driftcheck/fuzz/cli.hpp"
+
+#include <ostream>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "driftcheck/fuzz/bundle.hpp"
+#include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/fuzz/journal.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+struct FuzzArgs {
+  std::string ops;
+  std::string backends;
+  std::optional<double> seconds;
+  std::optional<std::uint64_t> cases;
+  std::uint64_t seed = 1;
+  int jobs = 0;
+  std::string out = "driftcheck-out";
+  bool mutants = false;
+  bool resume = false;
+};
+
+struct ReplayArgs {
+  std::string bundle;
+  std::string backend;
+  std::optional<std::uint64_t> seed;
+  std::optional<std::uint64_t> index;
+  std::string op;
+};
+
+std::vector<OpKind> parse_ops(const std::string& list) {
+  std::vector<OpKind> ops;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const auto end = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, end - start);
+    OpKind op;
+    if (!name.empty() && !parse_op(name, &op))
+      throw UsageError(
+          fmt::format("unknown op '{}' (ops: rmsnorm, concat, dual_rmsnorm_cat, attention)", name));
+    if (!name.empty()) ops.push_back(op);
+    start = end + 1;
+  }
+  return ops;
+}
+
+// The declared numerics that matter for the backend's op, as one line.
+std::string numerics_summary(const Backend& b) {
+  const Numerics n = b.numerics();
+  std::string s =
+      b.op() == OpKind::kAttention
+          ? fmt::format("p_rounded={} partials_rounded={} kv_dequant_rounded={} block_perm_invariant={}",
+                        n.p_rounded, n.partials_rounded, n.kv_dequant_rounded, n.block_permutation_invariant)
+          : fmt::format("output_roundings={}", n.output_roundings);
+  return s + fmt::format(" deterministic={} batch_invariant={}", n.deterministic, n.batch_invariant);
+}
+
+void list_command(std::ostream& out) {
+  out << "ops:";
+  for (OpKind op : kAllOps) out << " " << op_name(op);
+  out << "\n\nbackends:\n";
+  for (const auto& b : registry().all()) {
+    if (b->kind() == BackendKind::kMutant) continue;
+    std::string why;
+    const bool ok = b->available(&why);
+    const std::string supports = b->supports_summary();
+    out << fmt::format("  {}  [{} {}] {}\n      {}\n      numerics: {}\n      supports: {}\n", b->name(),
+                       backend_kind_name(b->kind()), op_name(b->op()),
+                       ok ? "available" : "unavailable: " + why, b->description(), numerics_summary(*b),
+                       supports.empty() ? "(not summarised)" : supports);
+  }
+  out << "\nmutants (driftcheck fuzz --mutants):\n";
+  for (const auto& b : registry().all()) {
+    if (b->kind() != BackendKind::kMutant) continue;
+    out << fmt::format("  {}  [{}] breaks {}\n      bug class: {}\n", b->name(), op_name(b->op()),
+                       b->mutates(), b->bug_class());
+  }
+}
+
+std::string joined(int argc, const char* const* argv) {
+  std::string s = "driftcheck";
+  for (int i = 1; i < argc; ++i) s += fmt::format(" {}", argv[i]);
+  return s;
+}
+
+int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& err, bool tty) {
+  CampaignOptions o;
+  o.ops = parse_ops(a.ops);
+  o.backend_globs = a.backends, o.include_mutants = a.mutants;
+  o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs;
+  o.out_dir = a.out, o.resume = a.resume, o.command_line = command;
+  o.log = &err, o.log_is_tty = tty;
+  return run_campaign(o).exit_code;
+}
+
+const Backend& find_backend(const std::string& name) {
+  const Backend* b = registry().find(name);
+  if (b == nullptr) throw UsageError(fmt::format("unknown backend '{}' (driftcheck list shows them)", name));
+  return *b;
+}
+
+int report_check(const Backend& b, const CheckResult& r, std::ostream& out) {
+  if (!r.support.ok) {
+    out << fmt::format("UNSUPPORTED {}: {} (nothing ran: counts as a failure)\n", b.name(), r.support.reason);
+    return kExitDrift;
+  }
+  const Evaluation& e = r.evaluation;
+  out << fmt::format("{} {} {} worst_ratio {:.4g}{}{}\n", is_failure(e.verdict) ? "FAIL" : "PASS", b.name(),
+                     verdict_name(e.verdict), e.worst_ratio, e.detail.empty() ? "" : ": ", e.detail);
+  return is_failure(e.verdict) ? kExitDrift : kExitClean;
+}
+
+int replay_command(const ReplayArgs& a, std::ostream& out) {
+  if (!a.bundle.empty()) {
+    if (a.seed || a.index || !a.op.empty())
+      throw UsageError("replay takes either a BUNDLE or --seed/--case/--op, not both");
+    Bundle bundle = read_bundle(a.bundle);
+    const std::string name = a.backend.empty() ? bundle.finding.value("backend", "") : a.backend;
+    const Backend& b = find_backend(name);
+    if (b.op() != bundle.spec.op)
+      throw UsageError(fmt::format("backend {} runs {}, the bundle holds a {} case", name, op_name(b.op()),
+                                   op_name(bundle.spec.op)));
+    out << fmt::format("replaying {} ({}) on {}\n", a.bundle, shape_class(bundle.spec), name);
+    return report_check(b, check_case(b, std::move(bundle.pristine)), out);
+  }
+  if (!a.seed || !a.index || a.op.empty() || a.backend.empty())
+    throw UsageError("replay needs a BUNDLE directory, or all of --seed, --case, --op and --backend");
+  OpKind op;
+  if (!parse_op(a.op, &op)) throw UsageError(fmt::format("unknown op '{}'", a.op));
+  const Backend& b = find_backend(a.backend);
+  if (b.op() != op)
+    throw UsageError(fmt::format("backend {} runs {}, not {}", a.backend, op_name(b.op()), a.op));
+  const CaseSpec spec = draw_case(op, *a.seed, *a.index).value();
+  Case c = materialize(spec);
+  c.seed = *a.seed, c.index = *a.index;
+  out << fmt::format("replaying seed {} case {} ({}) on {}\n", *a.seed, *a.index, shape_class(spec),
+                     a.backend);
+  return report_check(b, check_case(b, std::move(c)), out);
+}
+
+void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
+  auto* op = cmd.add_option("--op", a.ops, "ops to fuzz, comma-separated (default: all)");
+  auto* be =
+      cmd.add_option("--backend", a.backends, "backend globs, comma-separated (default: all available)");
+  auto* secs =
+      cmd.add_option("--seconds", a.seconds, "time budget (default 20 s)")->check(CLI::PositiveNumber);
+  cmd.add_option("--cases", a.cases, "case budget (total, resumed cases included)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(secs);
+  auto* seed = cmd.add_option("--seed", a.seed, "campaign seed (default 1)");
+  cmd.add_option("--jobs", a.jobs, "worker threads (default: one per core)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--out", a.out, "campaign directory (default ./driftcheck-out)");
+  auto* mut = cmd.add_flag("--mutants", a.mutants, "also run the mutant.* backends");
+  // A resumed campaign keeps the stream it was started with; only budgets may change.
+  cmd.add_flag("--resume", a.resume, "continue the campaign journaled in --out")->excludes(op, be, seed, mut);
+}
+
+void add_replay_options(CLI::App& cmd, ReplayArgs& a) {
+  cmd.add_option("bundle", a.bundle, "repro bundle directory (DIR/findings/<id>)");
+  cmd.add_option("--backend", a.backend, "backend to run (default: the bundle's)");
+  cmd.add_option("--seed", a.seed, "stream replay: campaign seed");
+  cmd.add_option("--case", a.index, "stream replay: case index");
+  cmd.add_option("--op", a.op, "stream replay: op of the case");
+}
+
+int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool tty) {
+  CLI::App app{"driftcheck: differential numerical testing of GPU kernels against an fp64 reference"};
+  app.require_subcommand(1);
+  auto* list = app.add_subcommand("list", "ops, backends (availability, numerics, support) and mutants");
+  FuzzArgs fuzz_args;
+  auto* fuzz = app.add_subcommand("fuzz", "run a fuzz campaign");
+  add_fuzz_options(*fuzz, fuzz_args);
+  ReplayArgs replay_args;
+  auto* replay = app.add_subcommand("replay", "re-run one finding alone (bundle or stream case)");
+  add_replay_options(*replay, replay_args);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return kExitClean;
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    if (what.empty() || what == "A subcommand is required")
+      what = "a command is required: list, fuzz or replay";
+    err << fmt::format("driftcheck: error: {} (driftcheck --help)\n", what);
+    return kExitUsage;
+  }
+  if (list->parsed()) {
+    list_command(out);
+    return kExitClean;
+  }
+  if (fuzz->parsed()) return fuzz_command(fuzz_args, joined(argc, argv), err, tty);
+  return replay_command(replay_args, out);
+}
+
+}  // namespace
+
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool err_is_tty) {
+  try {
+    return dispatch(argc, argv, out, err, err_is_tty);
+  } catch (const UsageError& e) {
+    err << "driftcheck: error: " << e.what() << "\n";
+  } catch (const BundleError& e) {
+    err << "driftcheck: bad bundle: " << e.what() << "\n";
+  } catch (const JournalError& e) {
+    err << "driftcheck: bad journal: " << e.what() << "\n";
+  } catch (const std::exception& e) {
+    err << "driftcheck: internal error: " << e.what() << "\n";
+    return kExitInternal;
+  }
+  return kExitUsage;
+}
+
+}  // namespace driftcheck::fuzz

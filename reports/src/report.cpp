@@ -1,0 +1,232 @@
+#include "driftcheck/reports/report.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace driftcheck::reports {
+namespace {
+
+nlohmann::json backend_json(const BackendReport& b) {
+  nlohmann::json reasons = nlohmann::json::array();
+  for (const auto& rc : b.top_unsupported) reasons.push_back({{"reason", rc.reason}, {"count", rc.count}});
+  nlohmann::json j = {{"name", b.name},
+                      {"op", b.op},
+                      {"kind", b.kind},
+                      {"cases_run", b.cases_run},
+                      {"unsupported", b.unsupported},
+                      {"top_unsupported_reasons", reasons},
+                      {"passed", b.passed},
+                      {"failures_by_verdict", b.failures_by_verdict},
+                      {"distinct_findings", b.distinct_findings},
+                      {"worst_ratio", b.worst_ratio},
+                      {"worst_case", b.worst_case},
+                      {"check_seconds", b.check_seconds},
+                      {"error", b.error}};
+  j["first_finding_s"] = b.first_finding_s ? nlohmann::json(*b.first_finding_s) : nlohmann::json(nullptr);
+  return j;
+}
+
+nlohmann::json finding_json(const FindingReport& f) {
+  return {{"id", f.id},
+          {"op", f.op},
+          {"backend", f.backend},
+          {"verdict", f.verdict},
+          {"shape_class", f.shape_class},
+          {"detail", f.detail},
+          {"worst_ratio", f.worst_ratio},
+          {"seed", f.seed},
+          {"case_index", f.case_index},
+          {"found_after_s", f.found_after_s},
+          {"shrink_steps", f.shrink_steps},
+          {"bundle", f.bundle},
+          {"replay", f.replay}};
+}
+
+// Markdown tables break on '|' and newlines inside cells.
+std::string cell(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string verdict_counts(const std::map<std::string, std::int64_t>& m) {
+  std::string out;
+  for (const auto& [verdict, n] : m) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", verdict, n);
+  return out.empty() ? "-" : out;
+}
+
+std::string top_reasons(const BackendReport& b) {
+  if (b.top_unsupported.empty()) return "-";
+  const auto& top = b.top_unsupported.front();
+  return fmt::format(
+      "{} ({}x){}", top.reason, top.count,
+      b.top_unsupported.size() > 1 ? fmt::format(" +{} more", b.top_unsupported.size() - 1) : "");
+}
+
+void markdown_backends(const Report& r, std::string& md) {
+  md +=
+      "## Backends\n\n| backend | kind | op | cases run | passed | unsupported | failures | worst ratio | "
+      "first finding | top unsupported reason |\n|---|---|---|---:|---:|---:|---|---:|---:|---|\n";
+  for (const auto& b : r.backends) {
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {:.3g} | {} | {} |\n", b.name, b.kind, b.op,
+                      b.cases_run, b.passed, b.unsupported, verdict_counts(b.failures_by_verdict),
+                      b.worst_ratio, b.first_finding_s ? fmt::format("{:.2f} s", *b.first_finding_s) : "-",
+                      cell(top_reasons(b)));
+  }
+  md += "\n";
+}
+
+void markdown_findings(const Report& r, std::string& md) {
+  md += fmt::format("## Findings ({})\n\n", r.findings.size());
+  if (r.findings.empty()) {
+    md += "None.\n\n";
+    return;
+  }
+  md +=
+      "| id | backend | verdict | shape class | worst ratio | case | detail | replay |\n"
+      "|---|---|---|---|---:|---|---|---|\n";
+  for (const auto& f : r.findings) {
+    md += fmt::format("| {} | {} | {} | {} | {:.3g} | seed {} case {} | {} | `{}` |\n", f.id, f.backend,
+                      f.verdict, f.shape_class, f.worst_ratio, f.seed, f.case_index, cell(f.detail),
+                      cell(f.replay));
+  }
+  md += "\n";
+}
+
+// One square matrix per op: rows and columns are the backends that shared at least one case.
+void markdown_divergence(const Report& r, std::string& md) {
+  md += "## Divergence between backends (max ulps of the output format, shared cases)\n\n";
+  if (r.divergence.empty()) {
+    md += "No pair of backends ran a common case.\n\n";
+    return;
+  }
+  std::set<std::string> ops;
+  for (const auto& d : r.divergence) ops.insert(d.op);
+  for (const auto& op : ops) {
+    std::vector<std::string> names;
+    for (const auto& d : r.divergence) {
+      if (d.op != op) continue;
+      for (const auto* n : {&d.a, &d.b})
+        if (std::find(names.begin(), names.end(), *n) == names.end()) names.push_back(*n);
+    }
+    md += fmt::format("### {}\n\n|  |", op);
+    for (const auto& n : names) md += fmt::format(" {} |", n);
+    md += "\n|---|";
+    for (std::size_t i = 0; i < names.size(); ++i) md += "---:|";
+    md += "\n";
+    for (const auto& row : names) {
+      md += fmt::format("| {} |", row);
+      for (const auto& col : names) {
+        std::string v = row == col ? "-" : "";
+        for (const auto& d : r.divergence) {
+          if (d.op == op && ((d.a == row && d.b == col) || (d.a == col && d.b == row)))
+            v = fmt::format("{:.3g} ({})", d.max_ulps, d.shared_cases);
+        }
+        md += fmt::format(" {} |", v);
+      }
+      md += "\n";
+    }
+    md += "\n";
+  }
+}
+
+void markdown_list(std::string_view title, const std::vector<std::string>& items, std::string& md) {
+  if (items.empty()) return;
+  md += fmt::format("## {}\n\n", title);
+  for (const auto& s : items) md += fmt::format("- {}\n", cell(s));
+  md += "\n";
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Report& r) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const auto& o : r.ops)
+    ops.push_back({{"op", o.op}, {"cases", o.cases}, {"reference_seconds", o.reference_seconds}});
+  nlohmann::json backends = nlohmann::json::array();
+  for (const auto& b : r.backends) backends.push_back(backend_json(b));
+  nlohmann::json findings = nlohmann::json::array();
+  for (const auto& f : r.findings) findings.push_back(finding_json(f));
+  nlohmann::json divergence = nlohmann::json::array();
+  for (const auto& d : r.divergence)
+    divergence.push_back(
+        {{"op", d.op}, {"a", d.a}, {"b", d.b}, {"max_ulps", d.max_ulps}, {"shared_cases", d.shared_cases}});
+  return {{"format", kReportFormatName},
+          {"format_version", kReportFormatVersion},
+          {"tool_version", r.tool_version},
+          {"command", r.command},
+          {"seed", r.seed},
+          {"cases", r.cases},
+          {"checks", r.checks},
+          {"seconds", r.seconds},
+          {"ops", ops},
+          {"backends", backends},
+          {"findings", findings},
+          {"divergence_ulps", divergence},
+          {"unavailable", r.unavailable},
+          {"errors", r.errors},
+          {"exit_code", r.exit_code}};
+}
+
+std::string to_markdown(const Report& r) {
+  std::string md = fmt::format(
+      "# driftcheck campaign report\n\n"
+      "Format {} v{}, driftcheck {}. Command: `{}`\n\n"
+      "Seed {}: {} cases, {} backend checks in {:.1f} s ({:.0f} checks/s). {} distinct findings. Exit code "
+      "{}.\n\n",
+      kReportFormatName, kReportFormatVersion, r.tool_version, cell(r.command), r.seed, r.cases, r.checks,
+      r.seconds, r.seconds > 0 ? static_cast<double>(r.checks) / r.seconds : 0.0, r.findings.size(),
+      r.exit_code);
+  markdown_list("Errors", r.errors, md);
+  markdown_backends(r, md);
+  markdown_findings(r, md);
+  markdown_divergence(r, md);
+  markdown_list("Unavailable backends", r.unavailable, md);
+  return md;
+}
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(errno)));
+  std::size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(err)));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  // fsync before rename: otherwise a crash after the rename can leave an empty file under the final name.
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced || ::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error(fmt::format("cannot replace {}: {}", path.string(), std::strerror(errno)));
+}
+
+void write_reports(const Report& r, const std::filesystem::path& dir) {
+  write_file_atomic(dir / "report.json", to_json(r).dump(2) + "\n");
+  write_file_atomic(dir / "report.md", to_markdown(r));
+}
+
+}  // namespace driftcheck::reports
