@@ -328,7 +328,7 @@ void Campaign::open_journal() {
 void Campaign::finish_pending_findings() {
   for (auto& [sig, f] : findings_) {
     if (f.bundled) continue;
-    const Backend* b = registry().find(f.report.backend);
+    const Backend* b = opts_.backends->find(f.report.backend);
     OpKind op;
     if (b == nullptr || !parse_op(f.report.op, &op)) continue;
     std::optional<rc::Shrinkable<CaseSpec>> drawn;
@@ -641,7 +641,7 @@ reports::Report Campaign::build_report() const {
   std::sort(r.findings.begin(), r.findings.end(),
             [](const auto& a, const auto& b) { return a.found_after_s < b.found_after_s; });
   for (const auto& [key, p] : committed_.pairs) {
-    const Backend* a = registry().find(key.first);
+    const Backend* a = opts_.backends->find(key.first);
     r.divergence.push_back(
         {a ? std::string(op_name(a->op())) : "?", key.first, key.second, p.max_ulps, p.shared});
   }
@@ -718,16 +718,17 @@ void apply_journal_header(CampaignOptions& opts) {
 
 }  // namespace
 
-Selection select_backends(const std::vector<OpKind>& ops, const std::string& globs, bool include_mutants) {
+Selection select_backends(const Registry& reg, const std::vector<OpKind>& ops, const std::string& globs,
+                          bool include_mutants) {
   Selection sel;
   std::vector<const Backend*> matched;
   std::set<const Backend*> named_exactly;
   if (globs.empty()) {
-    for (const auto& b : registry().all())
+    for (const auto& b : reg.all())
       if (b->kind() != BackendKind::kMutant || include_mutants) matched.push_back(b.get());
   }
   for (const std::string& g : split_list(globs)) {
-    const auto m = registry().match(g, include_mutants || g.starts_with("mutant"));
+    const auto m = reg.match(g, include_mutants || g.starts_with("mutant"));
     if (m.empty()) throw UsageError(fmt::format("unknown backend '{}' (driftcheck list shows them)", g));
     for (const Backend* b : m) {
       if (std::find(matched.begin(), matched.end(), b) == matched.end()) matched.push_back(b);
@@ -762,7 +763,8 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   if (!opts.seconds && !opts.cases) opts.seconds = kDefaultSeconds;
   if (opts.seconds && !(*opts.seconds > 0)) throw UsageError("--seconds must be positive");
   if (opts.jobs < 0) throw UsageError("--jobs must be >= 0");
-  Selection sel = select_backends(opts.ops, opts.backend_globs, opts.include_mutants);
+  if (opts.backends == nullptr) opts.backends = &registry();
+  Selection sel = select_backends(*opts.backends, opts.ops, opts.backend_globs, opts.include_mutants);
   Campaign campaign(std::move(opts), std::move(sel));
   return campaign.run();
 }

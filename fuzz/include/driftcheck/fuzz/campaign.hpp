@@ -50,6 +50,7 @@ struct CampaignOptions {
   std::ostream* log = nullptr;      // progress line and summary (nullptr: silent)
   bool log_is_tty = false;          // refresh the progress line in place
   GenOptions gen;
+  const Registry* backends = nullptr;  // nullptr: the built-in registry()
 };
 
 struct Selection {
@@ -59,7 +60,8 @@ struct Selection {
   std::vector<std::string> errors;       // asked-for things that can run nothing (ops without backends)
 };
 // Resolves ops and backends. Throws UsageError when a glob matches no backend at all.
-Selection select_backends(const std::vector<OpKind>& ops, const std::string& globs, bool include_mutants);
+Selection select_backends(const Registry& reg, const std::vector<OpKind>& ops, const std::string& globs,
+                          bool include_mutants);
 
 struct CampaignResult {
   reports::Report report;
