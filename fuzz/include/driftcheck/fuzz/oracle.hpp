@@ -1,10 +1,11 @@
 // The oracle: turns a backend's run of a case into a verdict with metrics. Order of checks (DESIGN.md):
-// error -> guard bands and unchanged inputs -> NaN/Inf policy -> metrics -> tolerance -> metamorphic contracts.
-// Every tolerance is derived in docs/ORACLE.md from the backend's declared Numerics, the error model and the
-// same-precision naive baseline with a floor.
+// error -> guard bands and unchanged inputs -> NaN/Inf policy -> metrics -> tolerance -> metamorphic
+// contracts. Every tolerance is derived in docs/ORACLE.md from the backend's declared Numerics, the error
+// model and the same-precision naive baseline with a floor.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,31 +17,31 @@ namespace driftcheck::fuzz {
 
 enum class Verdict : std::uint8_t {
   kPass,
-  kUnsupported,          // the backend declined the case; counted apart, never as a pass
-  kError,                // the backend threw or crashed
-  kGuardViolation,       // bytes outside every output view changed (out-of-bounds write)
-  kInputModified,        // an input that is not in place changed
-  kNanMismatch,          // NaN where the reference is finite (or finite where it is NaN)
-  kInfMismatch,          // infinities that do not match the reference's (rounded to the output format)
-  kBeyondTolerance,      // finite error beyond the derived tolerance
-  kNotExact,             // data movement (concat) not bit-exact
-  kNondeterministic,     // two runs of the same case differ in some bit
-  kBatchVariant,         // a row's bits change with the rest of the batch
+  kUnsupported,              // the backend declined the case; counted apart, never as a pass
+  kError,                    // the backend threw or crashed
+  kGuardViolation,           // bytes outside every output view changed (out-of-bounds write)
+  kInputModified,            // an input that is not in place changed
+  kNanMismatch,              // NaN where the reference is finite (or finite where it is NaN)
+  kInfMismatch,              // infinities that do not match the reference's (rounded to the output format)
+  kBeyondTolerance,          // finite error beyond the derived tolerance
+  kNotExact,                 // data movement (concat) not bit-exact
+  kNondeterministic,         // two runs of the same case differ in some bit
+  kBatchVariant,             // a row's bits change with the rest of the batch
   kBlockPermutationVariant,  // permuting physical KV blocks (table updated) changed some bit
-  kFusedUnfusedDrift,    // fused and unfused chains differ by more than their roundings explain
+  kFusedUnfusedDrift,        // fused and unfused chains differ by more than their roundings explain
 };
 std::string_view verdict_name(Verdict v);
 bool is_failure(Verdict v);  // everything but kPass and kUnsupported
 
 struct OutputMetrics {
-  std::string output;            // tensor name ("y", "o", "lse", "residual")
+  std::string output;  // tensor name ("y", "o", "lse", "residual")
   double max_abs = 0;
-  double max_rel = 0;            // |err| / max(|ref|, floor)
-  double max_ulps = 0;           // |err| in ulps of the output format at the reference value
-  double normwise = 0;           // ||out - ref||_2 / ||ref||_2 (0 when ref is all zero and out matches)
-  double mean_signed_ulps = 0;   // bias: mean of signed errors in ulps
-  double share_beyond = 0;       // share of elements beyond their tolerance
-  double worst_ratio = 0;        // max over elements of |err| / tolerance (> 1 fails)
+  double max_rel = 0;           // |err| / max(|ref|, floor)
+  double max_ulps = 0;          // |err| in ulps of the output format at the reference value
+  double normwise = 0;          // ||out - ref||_2 / ||ref||_2 (0 when ref is all zero and out matches)
+  double mean_signed_ulps = 0;  // bias: mean of signed errors in ulps
+  double share_beyond = 0;      // share of elements beyond their tolerance
+  double worst_ratio = 0;       // max over elements of |err| / tolerance (> 1 fails)
   std::vector<std::int64_t> worst_index;  // multi-index of the element with the largest worst_ratio
   double worst_value = 0;
   double worst_reference = 0;
@@ -49,30 +50,72 @@ struct OutputMetrics {
 
 struct Evaluation {
   Verdict verdict = Verdict::kPass;
-  std::string detail;            // one line: what failed where ("o[3, 5, 17]: 0.0312 vs 0.0287, 4.1x tolerance")
+  std::string detail;  // one line: what failed where ("o[3, 5, 17]: 0.0312 vs 0.0287, 4.1x tolerance")
   std::vector<OutputMetrics> metrics;
-  double worst_ratio = 0;        // max over outputs
-  Outputs outputs;               // what the backend wrote (fp64, logical shapes); empty when it did not run
+  double worst_ratio = 0;  // max over outputs
+  Outputs outputs;         // what the backend wrote (fp64, logical shapes); empty when it did not run
 };
 
-// Everything computed once per case and shared by all backends: the fp64 reference and the naive
-// same-precision baseline's error per output.
+// Per-element terms of the error model of one output (docs/ORACLE.md derives each). Vectors are row-major
+// over the output's logical shape; an empty vector is a zero term. The tolerance of element i for a backend
+// with Numerics n is
+//   d = base + (n.output_roundings - 1) * intermediate + [n.p_rounded] p_rounding
+//       + [n.kv_dequant_rounded] kv_dequant_rounding + [n.partials_rounded] partials_rounding
+//   tol = max(d + 0.5 * ulp(dtype, |ref| + d), 2 * baseline)
+struct ErrorModel {
+  DType dtype = DType::kF32;         // the output's storage format
+  bool exact = false;                // data movement: bit-exact, no tolerance
+  std::vector<double> base;          // what every conforming kernel may add before its final rounding
+  std::vector<double> intermediate;  // one extra rounding to the output format on the way (rmsnorm family)
+  std::vector<double> p_rounding;    // attention: P rounded to the activation dtype before P.V
+  std::vector<double> kv_dequant_rounding;  // attention: dequantised fp8 K/V rounded to the activation dtype
+  std::vector<double>
+      partials_rounding;         // attention: split-KV partial outputs stored in the activation dtype
+  std::vector<double> baseline;  // attention: the naive baseline's error scale (FlashAttention's rule)
+};
+using ErrorModels = std::map<std::string, ErrorModel, std::less<>>;
+
+// The naive same-precision implementation of the case's op (FlashAttention's baseline): the straightforward
+// algorithm with every intermediate rounded to the activation dtype and fp32 sums. Outputs like reference().
+Outputs naive_baseline(const Case& c);
+// The error model of every output of a case, from its inputs, reference and baseline (computed once per
+// case).
+ErrorModels error_model(const Case& c, const Outputs& reference, const Outputs& baseline);
+// Tolerance of element `i` (row-major) of an output whose reference value is `ref`, for a backend's numerics.
+double tolerance(const ErrorModel& m, const Numerics& n, std::size_t i, double ref);
+
+// Everything computed once per case and shared by all backends: the fp64 reference, the naive same-precision
+// baseline and the error model.
 struct PreparedCase {
-  Case input;                    // pristine inputs (never run on)
+  Case input;  // pristine inputs (never run on)
   Outputs reference;
-  Outputs baseline;              // naive same-precision implementation's outputs (fp64 tensors of its values)
+  Outputs baseline;  // naive same-precision implementation's outputs (fp64 tensors of its values)
+  ErrorModels model;
 };
 PreparedCase prepare(Case c);
 
 struct EvalOptions {
-  bool metamorphic = true;       // also run determinism / block-permutation / batch-invariance checks
+  bool metamorphic = true;  // also run determinism / block-permutation / batch-invariance checks
 };
 
-// Runs `backend` on a clone of the prepared case and judges it. Never throws for backend failures (they become
-// verdicts); throws only on internal errors.
+// Runs `backend` on a clone of the prepared case and judges it. Never throws for backend failures (they
+// become verdicts); throws only on internal errors.
 Evaluation evaluate(const Backend& backend, const PreparedCase& prepared, const EvalOptions& opts = {});
 
-// Largest elementwise divergence between two backends' outputs, in ulps of the output format.
+// Largest elementwise divergence between two backends' outputs, in ulps of the output format (at the smaller
+// of the two magnitudes). NaN against a number, or unequal infinities, count as infinitely many ulps.
 double divergence_ulps(const Outputs& a, const Outputs& b, DType out_dtype);
+// The same with each output measured in its own format as the case stores it (o in the activation dtype, lse
+// in fp32).
+double divergence_ulps(const Outputs& a, const Outputs& b, const Case& c);
+
+// Fused vs unfused chains (dual_rmsnorm_cat against rmsnorm + concat, DOMAIN.md section 1): two correct
+// chains differ by rounding order only, so each element may differ by at most the sum of the two backends'
+// tolerances against the reference (triangle inequality through the reference). kFusedUnfusedDrift beyond
+// that; kPass otherwise (a NaN/inf disagreement also drifts). Metrics describe |fused - unfused| against that
+// sum.
+Evaluation compare_fused_unfused(const PreparedCase& prepared, const Outputs& fused,
+                                 const Numerics& fused_numerics, const Outputs& unfused,
+                                 const Numerics& unfused_numerics);
 
 }  // namespace driftcheck::fuzz

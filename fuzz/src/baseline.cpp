@@ -1,0 +1,426 @@
+// The naive same-precision baseline of each op and the per-element error model (docs/ORACLE.md).
+//
+// The baseline is the straightforward algorithm in the activation dtype, as FlashAttention's tests define it:
+// every intermediate rounded to the activation dtype, sums accumulated in fp32. Its error against the fp64
+// reference is the error scale a same-precision implementation cannot avoid; for attention the oracle
+// tolerates twice that (with the error model as floor).
+//
+// The error model turns the case's inputs into per-element bounds (ErrorModel): fp32 arithmetic error growing
+// with the reduction length (gamma_n = n u / (1 - n u), the worst case), each declared extra rounding, and
+// for attention the softmax-weighted magnitude of V that every perturbation of the weights is multiplied by.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <span>
+
+#include "driftcheck/fuzz/oracle.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+constexpr double kU32 = 0x1p-24;
+
+double gamma(std::int64_t n, double u) {
+  const double nu = static_cast<double>(n) * u;
+  return nu / (1.0 - nu);
+}
+
+double rnd(DType t, double x) {
+  return round_to(t, x);
+}
+
+Tensor f64_tensor(const Shape& shape, const std::vector<double>& v) {
+  Tensor t = Tensor::zeros(DType::kF64, shape);
+  t.copy_from(v);
+  return t;
+}
+
+double weight_value(WeightMode m, double w) {
+  return m == WeightMode::kPlain ? w : 1.0 + w;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Row norms: rmsnorm (with optional residual) and the two halves of dual_rmsnorm_cat share one row routine.
+
+struct NormRow {
+  std::vector<double> z;  // the normalised input (x, or x + residual exactly)
+  std::vector<double> w;  // the effective weight (w or 1 + w), exact
+  double eps = 0;
+};
+
+NormRow load_row(const Tensor& x, const Tensor* residual, const Tensor& w, WeightMode mode, double eps,
+                 std::int64_t r) {
+  const std::int64_t h = x.size(1);
+  NormRow row;
+  row.eps = eps;
+  row.z.resize(static_cast<std::size_t>(h));
+  row.w.resize(static_cast<std::size_t>(h));
+  for (std::int64_t i = 0; i < h; ++i) {
+    const double res = residual ? residual->at({r, i}) : 0.0;
+    row.z[static_cast<std::size_t>(i)] = x.at({r, i}) + res;
+    row.w[static_cast<std::size_t>(i)] = weight_value(mode, w.at({i}));
+  }
+  return row;
+}
+
+// Naive: z rounded to act (an in-place residual is stored, then read back), fp32 sum of squares, mean and
+// rsqrt rounded to act, x * s rounded, times the weight rounded.
+void naive_row(const NormRow& row, DType act, bool round_z, std::span<double> y) {
+  float ss = 0;
+  std::vector<double> z(row.z);
+  for (auto& v : z) {
+    if (round_z) v = rnd(act, v);
+    ss += static_cast<float>(v * v);
+  }
+  const double ms = rnd(act, static_cast<double>(ss) / static_cast<double>(z.size()));
+  const double s = rnd(act, 1.0 / std::sqrt(rnd(act, ms + row.eps)));
+  for (std::size_t i = 0; i < z.size(); ++i) y[i] = rnd(act, rnd(act, z[i] * s) * rnd(act, row.w[i]));
+}
+
+double exact_scale(std::span<const double> z, double eps) {
+  double ss = 0;
+  for (const double v : z) ss += v * v;
+  return 1.0 / std::sqrt(ss / static_cast<double>(z.size()) + eps);
+}
+
+// Per-element error terms of one normalised row (docs/ORACLE.md, "RMSNorm"):
+//   base: fp32 sum of squares (gamma_H), the mean, eps add, rsqrt (up to 2 ulp in fast versions), the two
+//         multiplies: |y| (gamma_H / 2 + 10 u32) since s = (ms + eps)^-1/2 halves the relative error of ms;
+//         with a residual also |y(rounded z) - y(z)|: kernels normalise the stored (rounded) sum.
+//   intermediate: an extra rounding of z * s to act, then scaled by the weight: |w| * 0.5 ulp(|z s|).
+void model_row(const NormRow& row, DType act, bool residual, std::span<double> base,
+               std::span<double> inter) {
+  const auto h = static_cast<std::int64_t>(row.z.size());
+  const double rel = 0.5 * gamma(h, kU32) + 10 * kU32;
+  const double s = exact_scale(row.z, row.eps);
+  std::vector<double> zr(row.z);
+  for (auto& v : zr) v = rnd(act, v);
+  const double sr = exact_scale(zr, row.eps);
+  for (std::size_t i = 0; i < row.z.size(); ++i) {
+    const double y = row.z[i] * s * row.w[i];
+    base[i] = rel * std::fabs(y) + (residual ? std::fabs(zr[i] * sr * row.w[i] - y) : 0.0);
+    const double pre = std::fabs(row.z[i] * s) * (1 + rel + 2 * unit_roundoff(act));
+    inter[i] = std::fabs(row.w[i]) * 0.5 * ulp(act, pre);
+  }
+}
+
+struct RowOp {
+  const Tensor* x;
+  const Tensor* residual;
+  const Tensor* w;
+  std::int64_t column;  // first column of this row op in the output
+};
+
+struct RowOpSet {
+  std::vector<RowOp> parts;
+  WeightMode mode;
+  double eps;
+  std::int64_t rows, width;  // width of the output
+  std::string output;
+};
+
+RowOpSet row_ops(const Case& c) {
+  if (c.op == OpKind::kRmsNorm) {
+    const auto& p = c.get<RmsNormParams>();
+    const Tensor& x = c.tensor("x");
+    const Tensor* r = p.residual ? &c.tensor("residual") : nullptr;
+    return {{{&x, r, &c.tensor("w"), 0}}, p.weight_mode, p.eps, x.size(0), x.size(1), "y"};
+  }
+  const auto& p = c.get<DualRmsNormCatParams>();
+  const Tensor& e = c.tensor("e");
+  const std::int64_t h = e.size(1);
+  return {{{&e, nullptr, &c.tensor("w_e"), 0}, {&c.tensor("h"), nullptr, &c.tensor("w_h"), h}},
+          p.weight_mode,
+          p.eps,
+          e.size(0),
+          2 * h,
+          "out"};
+}
+
+Outputs naive_rows(const Case& c) {
+  const RowOpSet set = row_ops(c);
+  const DType act = c.tensor(set.output).dtype();
+  std::vector<double> y(static_cast<std::size_t>(set.rows * set.width));
+  std::vector<double> res;
+  for (const auto& part : set.parts) {
+    const std::int64_t h = part.x->size(1);
+    for (std::int64_t r = 0; r < set.rows; ++r) {
+      const NormRow row = load_row(*part.x, part.residual, *part.w, set.mode, set.eps, r);
+      naive_row(row, act, part.residual != nullptr,
+                std::span(y).subspan(static_cast<std::size_t>(r * set.width + part.column),
+                                     static_cast<std::size_t>(h)));
+      if (part.residual)
+        for (const double v : row.z) res.push_back(rnd(act, v));
+    }
+  }
+  Outputs out;
+  out[set.output] = f64_tensor({set.rows, set.width}, y);
+  if (!res.empty()) out["residual"] = f64_tensor({set.rows, set.width}, res);
+  return out;
+}
+
+ErrorModels model_rows(const Case& c, const Outputs& ref) {
+  const RowOpSet set = row_ops(c);
+  const DType act = c.tensor(set.output).dtype();
+  ErrorModel y;
+  y.dtype = act;
+  y.base.resize(static_cast<std::size_t>(set.rows * set.width));
+  y.intermediate.resize(y.base.size());
+  for (const auto& part : set.parts) {
+    const std::int64_t h = part.x->size(1);
+    for (std::int64_t r = 0; r < set.rows; ++r) {
+      const auto at = static_cast<std::size_t>(r * set.width + part.column);
+      const NormRow row = load_row(*part.x, part.residual, *part.w, set.mode, set.eps, r);
+      model_row(row, act, part.residual != nullptr,
+                std::span(y.base).subspan(at, static_cast<std::size_t>(h)),
+                std::span(y.intermediate).subspan(at, static_cast<std::size_t>(h)));
+    }
+  }
+  ErrorModels m;
+  m[set.output] = std::move(y);
+  if (const auto it = ref.find("residual"); it != ref.end()) {
+    // z = x + r in fp32 (relative error u32), then rounded once to act.
+    ErrorModel res;
+    res.dtype = act;
+    for (const double v : it->second.to_f64()) res.base.push_back(kU32 * std::fabs(v));
+    m["residual"] = std::move(res);
+  }
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Attention
+
+struct Attn {
+  const Case& c;
+  const AttentionParams& p;
+  DType act, kv;
+  std::int64_t seqs, group;
+  std::vector<double> sinks;
+
+  explicit Attn(const Case& cs)
+      : c(cs),
+        p(cs.get<AttentionParams>()),
+        act(cs.tensor("o").dtype()),
+        kv(cs.tensor("k_cache").dtype()),
+        seqs(cs.tensor("seq_lens").size(0)),
+        group(p.num_q_heads / p.num_kv_heads) {
+    if (p.has_sinks) sinks = cs.tensor("sinks").to_f64();
+  }
+  std::int64_t seq_len(std::int64_t s) const {
+    return static_cast<std::int64_t>(c.tensor("seq_lens").at({s}));
+  }
+  std::int64_t q_start(std::int64_t s) const {
+    return static_cast<std::int64_t>(c.tensor("query_start_loc").at({s}));
+  }
+  // Stored values (before the kv scale) of the first `len` keys of sequence s, kv head g: [len][D].
+  std::vector<double> keys(std::string_view cache, std::int64_t s, std::int64_t len, std::int64_t g) const {
+    const Tensor& t = c.tensor(cache);
+    const Tensor& table = c.tensor("block_table");
+    std::vector<double> out;
+    out.reserve(static_cast<std::size_t>(len * p.head_dim));
+    for (std::int64_t tok = 0; tok < len; ++tok) {
+      const auto block = static_cast<std::int64_t>(table.at({s, tok / p.block_size}));
+      for (std::int64_t d = 0; d < p.head_dim; ++d) out.push_back(t.at({block, tok % p.block_size, g, d}));
+    }
+    return out;
+  }
+  // Keys [lo, hi) that query j of a sequence (query length ql, seq_len len) sees (case.hpp semantics).
+  std::pair<std::int64_t, std::int64_t> visible(std::int64_t len, std::int64_t ql, std::int64_t j) const {
+    const std::int64_t pos = len - ql + j;
+    const std::int64_t hi = p.causal ? std::min(pos + 1, len) : len;
+    const std::int64_t lo = p.window > 0 ? std::max<std::int64_t>(0, pos - p.window + 1) : 0;
+    return {std::min(lo, hi), hi};
+  }
+  double softcap(double x) const { return p.softcap > 0 ? p.softcap * std::tanh(x / p.softcap) : x; }
+};
+
+// Calls f(token, head, q row (stored values), keys, values, [lo, hi)) for every query row and head.
+template <class F>
+void for_each_row(const Attn& a, F&& f) {
+  const Tensor& q = a.c.tensor("q");
+  std::vector<double> qrow(static_cast<std::size_t>(a.p.head_dim));
+  for (std::int64_t s = 0; s < a.seqs; ++s) {
+    const std::int64_t len = a.seq_len(s), start = a.q_start(s), ql = a.q_start(s + 1) - start;
+    for (std::int64_t g = 0; g < a.p.num_kv_heads; ++g) {
+      const auto k = a.keys("k_cache", s, len, g), v = a.keys("v_cache", s, len, g);
+      for (std::int64_t j = 0; j < ql; ++j) {
+        const auto [lo, hi] = a.visible(len, ql, j);
+        for (std::int64_t h = g * a.group; h < (g + 1) * a.group; ++h) {
+          for (std::int64_t d = 0; d < a.p.head_dim; ++d)
+            qrow[static_cast<std::size_t>(d)] = q.at({start + j, h, d});
+          f(start + j, h, qrow, k, v, lo, hi);
+        }
+      }
+    }
+  }
+}
+
+struct AttnOut {
+  std::vector<double> o, lse;
+  Attn a;
+  explicit AttnOut(const Case& c) : a(c) {
+    const std::int64_t tokens = c.tensor("q").size(0);
+    o.assign(static_cast<std::size_t>(tokens * a.p.num_q_heads * a.p.head_dim), 0.0);
+    lse.assign(static_cast<std::size_t>(tokens * a.p.num_q_heads), -std::numeric_limits<double>::infinity());
+  }
+  std::size_t row(std::int64_t t, std::int64_t h) const {
+    return static_cast<std::size_t>(t * a.p.num_q_heads + h);
+  }
+  Outputs finish() const {
+    const std::int64_t tokens = a.c.tensor("q").size(0);
+    Outputs out;
+    out["o"] = f64_tensor({tokens, a.p.num_q_heads, a.p.head_dim}, o);
+    out["lse"] = f64_tensor({tokens, a.p.num_q_heads}, lse);
+    return out;
+  }
+};
+
+// Naive: K/V dequantised and rounded to act, q.k summed in fp32 and rounded, the logit (scaled, soft-capped)
+// rounded, softmax in act (differences, exponentials, their fp32 sum and the quotients rounded), P.V summed
+// in fp32 and rounded; lse in fp32.
+Outputs naive_attention(const Case& c) {
+  AttnOut out(c);
+  const Attn& a = out.a;
+  const std::size_t dim = static_cast<std::size_t>(a.p.head_dim);
+  auto r = [&](double x) { return rnd(a.act, x); };
+  for_each_row(a, [&](std::int64_t t, std::int64_t h, const std::vector<double>& q,
+                      const std::vector<double>& k, const std::vector<double>& v, std::int64_t lo,
+                      std::int64_t hi) {
+    const bool sink = a.p.has_sinks;
+    if (hi <= lo && !sink) return;
+    std::vector<double> logit;
+    double m = sink ? r(a.sinks[static_cast<std::size_t>(h)]) : -std::numeric_limits<double>::infinity();
+    for (std::int64_t key = lo; key < hi; ++key) {
+      float dot = 0;
+      for (std::size_t d = 0; d < dim; ++d)
+        dot += static_cast<float>(q[d] * r(k[static_cast<std::size_t>(key) * dim + d] * a.p.k_scale));
+      logit.push_back(r(a.softcap(r(static_cast<double>(dot) * a.p.scale))));
+      m = std::max(m, logit.back());
+    }
+    float sum = sink ? static_cast<float>(r(std::exp(r(a.sinks[static_cast<std::size_t>(h)] - m)))) : 0.0f;
+    for (auto& l : logit) {
+      l = r(std::exp(r(l - m)));
+      sum += static_cast<float>(l);
+    }
+    const double denom = r(sum);
+    for (std::size_t d = 0; d < dim; ++d) {
+      float acc = 0;
+      for (std::int64_t key = lo; key < hi; ++key)
+        acc += static_cast<float>(r(logit[static_cast<std::size_t>(key - lo)] / denom) *
+                                  r(v[static_cast<std::size_t>(key) * dim + d] * a.p.v_scale));
+      out.o[out.row(t, h) * dim + d] = r(acc);
+    }
+    out.lse[out.row(t, h)] = static_cast<float>(m + std::log(static_cast<double>(sum)));
+  });
+  return out.finish();
+}
+
+// docs/ORACLE.md, "Attention": per query row, n visible keys, G = max_t |scale k_scale| sum_d |q_d k_td|,
+// S = max |logit|, M_d = sum_t p_t |v_td| v_scale (the softmax-weighted magnitude, >= |o_d|).
+ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& naive) {
+  const Attn a(c);
+  const auto dim = static_cast<std::size_t>(a.p.head_dim);
+  const double ua = unit_roundoff(a.act), sub = 0.5 * ulp(a.act, 0.0);
+  const bool fp8 = is_fp8(a.kv);
+  ErrorModel o, lse;
+  o.dtype = a.act;
+  lse.dtype = DType::kF32;
+  const std::size_t n_o = c.tensor("o").numel() > 0 ? static_cast<std::size_t>(c.tensor("o").numel()) : 0;
+  for (auto* v : {&o.base, &o.p_rounding, &o.kv_dequant_rounding, &o.partials_rounding, &o.baseline})
+    v->assign(n_o, 0);
+  const std::size_t n_l = n_o / std::max<std::size_t>(dim, 1);
+  for (auto* v : {&lse.base, &lse.p_rounding, &lse.kv_dequant_rounding, &lse.baseline}) v->assign(n_l, 0);
+  const auto ref_o = ref.at("o").to_f64(), ref_l = ref.at("lse").to_f64();
+  const auto nv_o = naive.at("o").to_f64(), nv_l = naive.at("lse").to_f64();
+  for_each_row(
+      a, [&](std::int64_t t, std::int64_t h, const std::vector<double>& q, const std::vector<double>& k,
+             const std::vector<double>& v, std::int64_t lo, std::int64_t hi) {
+        const std::size_t row = static_cast<std::size_t>(t * a.p.num_q_heads + h);
+        const double ks = std::fabs(a.p.scale * a.p.k_scale);
+        double g_max = 0, s_max = 0,
+               m = a.p.has_sinks ? a.sinks[static_cast<std::size_t>(h)]
+                                 : -std::numeric_limits<double>::infinity(),
+               q1 = 0;
+        for (const double x : q) q1 += std::fabs(x);
+        std::vector<double> logit;
+        for (std::int64_t key = lo; key < hi; ++key) {
+          double dot = 0, mag = 0;
+          for (std::size_t d = 0; d < dim; ++d) {
+            const double kd = k[static_cast<std::size_t>(key) * dim + d];
+            dot += q[d] * kd;
+            mag += std::fabs(q[d] * kd);
+          }
+          logit.push_back(a.softcap(a.p.scale * a.p.k_scale * dot));
+          g_max = std::max(g_max, ks * mag);
+          s_max = std::max(s_max, std::fabs(logit.back()));
+          m = std::max(m, logit.back());
+        }
+        double z = a.p.has_sinks ? std::exp(a.sinks[static_cast<std::size_t>(h)] - m) : 0.0;
+        for (auto& l : logit) z += (l = std::exp(l - m));
+        const auto n = hi - lo;
+        const double ds = (gamma(a.p.head_dim, kU32) + 4 * kU32) * g_max + 8 * kU32 * (s_max + a.p.softcap);
+        const double dk = fp8 ? ua * g_max + std::fabs(a.p.scale) * q1 * sub : 0.0;
+        double row_naive = 0;
+        for (std::size_t d = 0; d < dim; ++d) {
+          double mw = 0, vmax = 0;
+          for (std::int64_t key = lo; key < hi; ++key) {
+            const double vd = std::fabs(v[static_cast<std::size_t>(key) * dim + d] * a.p.v_scale);
+            mw += logit[static_cast<std::size_t>(key - lo)] / z * vd;
+            vmax = std::max(vmax, vd);
+          }
+          const std::size_t i = row * dim + d;
+          o.base[i] = (2 * ds + (5.0 * static_cast<double>(n) + 32) * kU32) * mw;
+          o.p_rounding[i] = ua * mw + static_cast<double>(n) * sub * vmax;
+          o.kv_dequant_rounding[i] = fp8 ? ua * mw + sub + 2 * dk * mw : 0.0;
+          o.partials_rounding[i] = ua * mw + sub;
+          if (std::isfinite(nv_o[i]) && std::isfinite(ref_o[i]))
+            row_naive = std::max(row_naive, std::fabs(nv_o[i] - ref_o[i]));
+        }
+        for (std::size_t d = 0; d < dim; ++d) o.baseline[row * dim + d] = row_naive;
+        lse.base[row] = ds + (2.0 * static_cast<double>(n) + 16) * kU32 + 2 * kU32 * std::fabs(ref_l[row]);
+        lse.p_rounding[row] = ua;
+        lse.kv_dequant_rounding[row] = dk;
+        if (std::isfinite(nv_l[row]) && std::isfinite(ref_l[row]))
+          lse.baseline[row] = std::fabs(nv_l[row] - ref_l[row]);
+      });
+  ErrorModels out;
+  out["o"] = std::move(o);
+  out["lse"] = std::move(lse);
+  return out;
+}
+
+}  // namespace
+
+Outputs naive_baseline(const Case& c) {
+  switch (c.op) {
+    case OpKind::kRmsNorm:
+    case OpKind::kDualRmsNormCat:
+      return naive_rows(c);
+    case OpKind::kConcat:
+      return reference_concat(c);  // data movement has no rounding to be naive about
+    case OpKind::kAttention:
+      return naive_attention(c);
+  }
+  return {};
+}
+
+ErrorModels error_model(const Case& c, const Outputs& reference, const Outputs& baseline) {
+  switch (c.op) {
+    case OpKind::kRmsNorm:
+    case OpKind::kDualRmsNormCat:
+      return model_rows(c, reference);
+    case OpKind::kConcat: {
+      ErrorModels m;
+      ErrorModel& out = m["out"];
+      out.dtype = c.tensor("out").dtype();
+      out.exact = true;
+      return m;
+    }
+    case OpKind::kAttention:
+      return model_attention(c, reference, baseline);
+  }
+  return {};
+}
+
+}  // namespace driftcheck::fuzz

@@ -1,0 +1,291 @@
+// Case generators: RapidCheck combinators weighted towards the boundaries of DOMAIN.md section 4, with sizes
+// kept small in most cases so that a campaign checks >= 1000 backend-cases per second on two cores. Every
+// value is drawn inside rc::gen::exec in dependency order (a query length after its sequence length, a width
+// cap after the row count), so every shrink RapidCheck tries replays the same constraints and stays a valid
+// spec.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "driftcheck/fuzz/spec.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+using rc::gen::element;
+using rc::gen::inRange;
+using rc::gen::weightedElement;
+using rc::gen::weightedOneOf;
+
+template <class T>
+std::pair<std::size_t, rc::Gen<T>> w(std::size_t weight, rc::Gen<T> g) {
+  return {weight, std::move(g)};
+}
+
+// Element budget of a row op: rows * width stays <= 16K in most cases (a few microseconds per backend run).
+constexpr std::int64_t kRowBudget = 16 * 1024;
+
+rc::Gen<std::int64_t> gen_width(const GenOptions& opts) {
+  using I = std::int64_t;
+  // Small widths, odd ones and non-multiples of 8 (96 is one, 100 and 5125 are not), medium ones, drafter
+  // widths.
+  auto small =
+      element<I>(1, 7, 8, 16, 31, 32, 63, 64, 96, 100, 127, 128, 129, 255, 256, 257, 384, 512, 1000, 1024);
+  auto medium = element<I>(1536, 2048, 2050, 3000);
+  auto large = element<I>(4096, 5125, 6144, 8192);
+  if (!opts.large_shapes) return weightedOneOf<I>({w(10, small), w(4, inRange<I>(1, 300)), w(2, medium)});
+  return weightedOneOf<I>({w(10, small), w(4, inRange<I>(1, 300)), w(2, medium), w(2, large)});
+}
+
+rc::Gen<std::int64_t> gen_rows(std::int64_t width) {
+  using I = std::int64_t;
+  const I cap = std::max<I>(1, kRowBudget / width);
+  return rc::gen::map(weightedOneOf<I>({w(3, rc::gen::just<I>(1)), w(5, inRange<I>(2, 9)),
+                                        w(1, element<I>(16, 31, 64, 128))}),
+                      [cap](I r) { return std::min(r, cap); });
+}
+
+rc::Gen<DType> gen_act_dtype() {
+  return weightedElement<DType>({{6, DType::kBF16}, {3, DType::kF16}, {1, DType::kF32}});
+}
+
+// Layouts: half the cases are plain, the rest have row strides wider than the row and bases misaligned
+// by 1..7.
+void draw_layout(CaseSpec& s) {
+  using I = std::int64_t;
+  s.row_pad =
+      *weightedOneOf<I>({w(4, rc::gen::just<I>(0)), w(3, inRange<I>(1, 9)), w(1, rc::gen::just<I>(64))});
+  s.base_offset = *weightedOneOf<I>({w(1, rc::gen::just<I>(0)), w(1, inRange<I>(1, 8))});
+}
+
+// eps = 0 is only drawn with distributions whose rows keep a representable sum of squares.
+double draw_eps(Distribution d) {
+  if (d == Distribution::kSubnormal) return *element(1e-5, 1e-6);
+  return *weightedElement<double>({{4, 1e-5}, {4, 1e-6}, {1, 0.0}});
+}
+
+Distribution draw_row_distribution() {
+  return *weightedElement<Distribution>({{5, Distribution::kNormal},
+                                         {2, Distribution::kOutlierChannels},
+                                         {1, Distribution::kNearConstant},
+                                         {1, Distribution::kNearMax},
+                                         {1, Distribution::kSubnormal}});
+}
+
+void draw_row_shape(CaseSpec& s, const GenOptions& opts) {
+  s.act_dtype = *gen_act_dtype();
+  s.kv_dtype = s.act_dtype;
+  s.hidden = *gen_width(opts);
+  s.rows = *gen_rows(s.hidden);
+  draw_layout(s);
+  s.distribution = draw_row_distribution();
+  s.value_seed = *rc::gen::arbitrary<std::uint64_t>();
+}
+
+CaseSpec draw_rmsnorm(const GenOptions& opts) {
+  CaseSpec s;
+  s.op = OpKind::kRmsNorm;
+  draw_row_shape(s, opts);
+  RmsNormParams p;
+  p.eps = draw_eps(s.distribution);
+  p.weight_mode = *weightedElement<WeightMode>({{3, WeightMode::kPlain}, {1, WeightMode::kOnePlus}});
+  p.residual = *weightedElement<bool>({{2, false}, {1, true}});
+  s.params = p;
+  s.inplace_output = *weightedElement<bool>({{3, false}, {1, true}});
+  return s;
+}
+
+CaseSpec draw_dual(const GenOptions& opts) {
+  CaseSpec s;
+  s.op = OpKind::kDualRmsNormCat;
+  draw_row_shape(s, opts);
+  DualRmsNormCatParams p;
+  p.eps = draw_eps(s.distribution);
+  p.weight_mode = *weightedElement<WeightMode>({{3, WeightMode::kPlain}, {1, WeightMode::kOnePlus}});
+  s.params = p;
+  return s;
+}
+
+CaseSpec draw_concat(const GenOptions& opts) {
+  CaseSpec s;
+  s.op = OpKind::kConcat;
+  draw_row_shape(s, opts);
+  s.hidden_b = *gen_width(opts);
+  s.rows = std::min(s.rows, std::max<std::int64_t>(1, kRowBudget / (s.hidden + s.hidden_b)));
+  s.params = ConcatParams{};
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Attention
+
+struct AttnShape {
+  std::int64_t kv_heads, ratio, head_dim, block_size;
+};
+
+AttnShape draw_attn_shape() {
+  using I = std::int64_t;
+  AttnShape a{};
+  a.kv_heads = *weightedElement<I>({{4, 1}, {3, 2}, {2, 4}, {1, 8}});
+  a.ratio = *weightedElement<I>({{3, 1}, {1, 2}, {3, 4}, {1, 8}, {1, 16}});  // GQA ratios of DOMAIN.md 4
+  a.head_dim = *weightedElement<I>({{4, 64}, {3, 128}, {1, 16}, {1, 32}, {1, 80}, {1, 96}, {1, 256}});
+  // Block sizes of the backends' tables (powers of two, 544/784/1056) and small odd ones no kernel supports.
+  a.block_size = *weightedElement<I>(
+      {{5, 16}, {2, 32}, {2, 64}, {1, 128}, {1, 256}, {1, 544}, {1, 784}, {1, 1056}, {1, 1}, {1, 3}, {1, 7}});
+  // Keep a query row's work (Hq * D) and a physical block (block_size * Hkv * D) small in most cases.
+  while (a.kv_heads * a.ratio * a.head_dim > 1024 && a.kv_heads > 1) a.kv_heads /= 2;
+  while (a.kv_heads * a.ratio * a.head_dim > 1024 && a.ratio > 1) a.ratio /= 2;
+  if (a.block_size >= 256) a.kv_heads = 1;
+  return a;
+}
+
+std::int64_t draw_seq_len(const GenOptions& opts) {
+  using I = std::int64_t;
+  // 15/16/17 and friends straddle block and tile edges; 255/256/257 the 256-token partitions; 511/512/513 the
+  // 2D/3D switch of the unified kernel. Long contexts only in a small share (cost grows with them).
+  auto small = inRange<I>(1, 65);
+  auto edges = element<I>(15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129);
+  auto partitions = element<I>(255, 256, 257, 511, 512, 513);
+  auto long_ctx = element<I>(1023, 1025, 2048);
+  if (!opts.large_shapes) return *weightedOneOf<I>({w(6, small), w(3, edges)});
+  return *weightedOneOf<I>({w(12, small), w(6, edges), w(2, partitions), w(1, long_ctx)});
+}
+
+// One sequence: decode (1 query), speculative verification (k + 1 queries, k in 1, 3, 7) or prefill (the
+// whole sequence when short, else a chunk, as chunked prefill does).
+std::pair<std::int64_t, std::int64_t> draw_sequence(const GenOptions& opts, bool decode_only) {
+  using I = std::int64_t;
+  const I len = decode_only ? *inRange<I>(1, 17) : draw_seq_len(opts);
+  const int kind = decode_only ? 0 : *weightedElement<int>({{4, 0}, {3, 1}, {2, 2}});
+  I q = 1;
+  if (kind == 1) q = std::min<I>(len, *element<I>(2, 4, 8));
+  if (kind == 2) q = len <= 64 ? len : *inRange<I>(1, 65);
+  return {q, len};
+}
+
+AttentionParams draw_attn_params(const AttnShape& a, DType kv) {
+  using I = std::int64_t;
+  AttentionParams p;
+  p.num_kv_heads = a.kv_heads;
+  p.num_q_heads = a.kv_heads * a.ratio;
+  p.head_dim = a.head_dim;
+  p.block_size = a.block_size;
+  p.scale =
+      *weightedElement<double>({{6, 1.0 / std::sqrt(static_cast<double>(a.head_dim))}, {1, 1.0}, {1, 0.05}});
+  p.causal = *weightedElement<bool>({{9, true}, {1, false}});
+  p.window = *weightedElement<I>({{5, 0}, {1, 1}, {1, 8}, {1, 16}, {1, 33}, {1, 128}});
+  p.softcap = *weightedElement<double>({{6, 0.0}, {1, 30.0}, {1, 50.0}});
+  p.has_sinks = *weightedElement<bool>({{4, false}, {1, true}});
+  if (is_fp8(kv)) {  // scales != 1 exercise where a kernel applies them
+    p.k_scale = *element(1.0, 0.5, 2.0, 0.0625, 0.017);
+    p.v_scale = *element(1.0, 0.5, 2.0, 0.0625, 0.017);
+  }
+  return p;
+}
+
+CaseSpec draw_attention(const GenOptions& opts) {
+  using I = std::int64_t;
+  CaseSpec s;
+  s.op = OpKind::kAttention;
+  s.act_dtype = *weightedElement<DType>({{3, DType::kBF16}, {1, DType::kF16}});
+  s.kv_dtype = *weightedElement<DType>(
+      {{6, s.act_dtype}, {2, DType::kF8E4M3FN}, {1, DType::kF8E4M3FNUZ}, {1, DType::kF8E5M2}});
+  AttnShape a = draw_attn_shape();
+  // Batches: mostly 1..8 sequences; sometimes around 128 / Hkv, the split-KV threshold of the unified kernel,
+  // then decode-only with short contexts and narrow heads to bound the cost.
+  const bool split_edge = *weightedElement<bool>({{12, false}, {1, true}});
+  if (split_edge) {
+    a.head_dim = std::min<I>(a.head_dim, 64);
+    a.ratio = std::min<I>(a.ratio, 2);
+  }
+  // Large blocks (>= 256 tokens) are costly to fill and poison: at most two sequences then.
+  const I seqs =
+      split_edge ? std::max<I>(1, 128 / a.kv_heads + *inRange<I>(-1, 2))
+      : a.block_size >= 256
+          ? *inRange<I>(1, 3)
+          : *weightedOneOf<I>({w(4, rc::gen::just<I>(1)), w(4, inRange<I>(2, 5)), w(2, inRange<I>(5, 9))});
+  for (I i = 0; i < seqs; ++i) {
+    const auto [q, len] = draw_sequence(opts, split_edge);
+    s.query_lens.push_back(q);
+    s.seq_lens.push_back(len);
+  }
+  s.params = draw_attn_params(a, s.kv_dtype);
+  s.spare_blocks = *weightedElement<I>({{1, 0}, {2, 1}, {1, 3}});
+  s.block_table_seed = *weightedOneOf<std::uint64_t>(
+      {w(1, rc::gen::just<std::uint64_t>(0)), w(2, inRange<std::uint64_t>(1, 1u << 30))});
+  s.row_pad = *weightedOneOf<I>({w(4, rc::gen::just<I>(0)), w(1, inRange<I>(1, 9))});
+  s.base_offset = *weightedOneOf<I>({w(1, rc::gen::just<I>(0)), w(1, inRange<I>(1, 8))});
+  s.distribution = *weightedElement<Distribution>({{5, Distribution::kNormal},
+                                                   {1, Distribution::kOutlierChannels},
+                                                   {2, Distribution::kLargeLogits},
+                                                   {1, Distribution::kNearMax},
+                                                   {1, Distribution::kSubnormal},
+                                                   {1, Distribution::kNearConstant}});
+  s.value_seed = *rc::gen::arbitrary<std::uint64_t>();
+  return s;
+}
+
+std::string_view attention_mode(const CaseSpec& s) {
+  const bool any_decode =
+      std::any_of(s.query_lens.begin(), s.query_lens.end(), [](auto q) { return q == 1; });
+  const bool any_spec =
+      std::any_of(s.query_lens.begin(), s.query_lens.end(), [](auto q) { return q > 1 && q <= 8; });
+  const bool any_prefill =
+      std::any_of(s.query_lens.begin(), s.query_lens.end(), [](auto q) { return q > 8; });
+  const int kinds = int{any_decode} + int{any_spec} + int{any_prefill};
+  if (kinds > 1) return "mixed";
+  if (any_decode) return "decode";
+  return any_spec ? "spec" : "prefill";
+}
+
+}  // namespace
+
+rc::Gen<CaseSpec> gen_case_spec(OpKind op, const GenOptions& opts) {
+  return rc::gen::exec([op, opts] {
+    switch (op) {
+      case OpKind::kRmsNorm:
+        return draw_rmsnorm(opts);
+      case OpKind::kConcat:
+        return draw_concat(opts);
+      case OpKind::kDualRmsNormCat:
+        return draw_dual(opts);
+      case OpKind::kAttention:
+        return draw_attention(opts);
+    }
+    return draw_rmsnorm(opts);
+  });
+}
+
+// RapidCheck's size 100 is its nominal maximum: ranges are drawn in full and stay within the safe size limit.
+rc::Shrinkable<CaseSpec> draw_case(OpKind op, std::uint64_t seed, std::uint64_t index,
+                                   const GenOptions& opts) {
+  const rc::Random::Key key{seed, index, static_cast<std::uint64_t>(op), 0x64726966746368ull /* "driftch" */};
+  constexpr int kSize = 100;
+  return gen_case_spec(op, opts)(rc::Random(key), kSize);
+}
+
+std::string shape_class(const CaseSpec& s) {
+  if (s.op == OpKind::kAttention) {
+    const auto& p = std::get<AttentionParams>(s.params);
+    std::string c =
+        fmt::format("attn/{}/gqa{}/bs{}/d{}/{}", attention_mode(s), p.num_q_heads / p.num_kv_heads,
+                    p.block_size, p.head_dim, dtype_name(s.kv_dtype));
+    if (p.window > 0) c += "/window";
+    if (p.softcap > 0) c += "/softcap";
+    if (p.has_sinks) c += "/sinks";
+    if (!p.causal) c += "/noncausal";
+    return c;
+  }
+  std::string c =
+      fmt::format("{}/{}/h{}", op_name(s.op), dtype_name(s.act_dtype), s.hidden % 8 == 0 ? "8k" : "odd");
+  if (s.op == OpKind::kConcat) c += s.hidden_b % 8 == 0 ? "+8k" : "+odd";
+  if (s.op == OpKind::kRmsNorm && std::get<RmsNormParams>(s.params).residual) c += "/residual";
+  if (s.inplace_output) c += "/inplace";
+  if (s.row_pad > 0) c += "/strided";
+  if (s.base_offset > 0) c += "/misaligned";
+  return c;
+}
+
+}  // namespace driftcheck::fuzz

@@ -1,0 +1,462 @@
+// The oracle (docs/ORACLE.md): one backend run of a prepared case -> a verdict with metrics.
+// Order: error -> storage (guard bands, inputs) -> NaN/Inf -> metrics and tolerance (or bit-exactness) ->
+// metamorphic contracts (determinism, KV block permutation, batch invariance).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "driftcheck/fuzz/oracle.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<std::int64_t> unravel(std::int64_t linear, const Shape& shape) {
+  std::vector<std::int64_t> idx(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] == 0 ? 0 : linear % shape[d];
+    linear = shape[d] == 0 ? 0 : linear / shape[d];
+  }
+  return idx;
+}
+
+std::string where(std::string_view name, std::int64_t linear, const Shape& shape) {
+  return fmt::format("{}[{}]", name, fmt::join(unravel(linear, shape), ", "));
+}
+
+Tensor logical_f64(const Tensor& t) {
+  Tensor out = Tensor::zeros(DType::kF64, t.shape());
+  out.copy_from(t.to_f64());
+  return out;
+}
+
+std::optional<std::string> run_backend(const Backend& b, Case& c) {
+  try {
+    b.run(c);
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  } catch (...) {
+    return std::string("unknown exception");
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Storage: every element not inside an output view must keep its pristine bits.
+
+struct StorageMap {
+  const Storage* pristine;
+  Storage* run;
+  std::string name;        // first tensor that views it, for messages
+  std::vector<char> role;  // 0 guard, 1 input view, 2 output view
+};
+
+void mark(StorageMap& m, const Tensor& t, char role) {
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    char& r = m.role[static_cast<std::size_t>(t.index_of_linear(i))];
+    r = std::max(r, role);
+  }
+}
+
+// Returns kPass, kGuardViolation or kInputModified (guard first: an out-of-bounds write is the worse
+// finding).
+Verdict check_storage(const Case& pristine, Case& run, std::string* detail) {
+  std::map<const Storage*, StorageMap> maps;
+  const OpSignature sig = op_signature(run);
+  for (auto& [name, t] : run.tensors) {
+    auto [it, fresh] = maps.try_emplace(t.storage().get());
+    if (fresh) {
+      it->second = {pristine.tensor(name).storage().get(), t.storage().get(), name,
+                    std::vector<char>(static_cast<std::size_t>(t.storage()->numel()), 0)};
+    }
+    const bool out = std::find(sig.outputs.begin(), sig.outputs.end(), name) != sig.outputs.end();
+    mark(it->second, t, out ? 2 : 1);
+  }
+  std::string input_detail;
+  for (const auto& [ptr, m] : maps) {
+    for (std::int64_t i = 0; i < m.run->numel(); ++i) {
+      const char role = m.role[static_cast<std::size_t>(i)];
+      if (role == 2 || m.run->load_bits(i) == m.pristine->load_bits(i)) continue;
+      const std::string msg = fmt::format("storage of '{}' element {} changed: {:.9g} -> {:.9g}", m.name, i,
+                                          m.pristine->load(i), m.run->load(i));
+      if (role == 0) {
+        *detail = "write outside every output view (guard band): " + msg;
+        return Verdict::kGuardViolation;
+      }
+      if (input_detail.empty()) input_detail = "input that is not in place was modified: " + msg;
+    }
+  }
+  if (input_detail.empty()) return Verdict::kPass;
+  *detail = input_detail;
+  return Verdict::kInputModified;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// NaN / Inf policy
+
+Verdict check_specials(const PreparedCase& pc, const Outputs& outs, std::string* detail) {
+  std::string inf_detail;
+  for (const auto& [name, ref_t] : pc.reference) {
+    const auto ref = ref_t.to_f64(), got = outs.at(name).to_f64();
+    const DType dt = pc.model.at(name).dtype;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      const double r = ref[i], v = got[i];
+      const std::string at = where(name, static_cast<std::int64_t>(i), ref_t.shape());
+      if (std::isnan(r) != std::isnan(v)) {
+        *detail = fmt::format("{}: {} where the reference is {}", at, v, r);
+        return Verdict::kNanMismatch;
+      }
+      const double expected = round_to(dt, r);
+      if (!std::isnan(r) && (std::isinf(v) || std::isinf(expected)) && v != expected && inf_detail.empty())
+        inf_detail = fmt::format("{}: {} where the reference rounds to {}", at, v, expected);
+    }
+  }
+  if (inf_detail.empty()) return Verdict::kPass;
+  *detail = inf_detail;
+  return Verdict::kInfMismatch;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Metrics
+
+struct Compared {
+  OutputMetrics m;
+  std::int64_t worst = -1;
+  bool exact_violation = false;
+};
+
+// Relative errors divide by max(|ref|, floor) with floor = 2^-10 RMS(ref): elements near zero in an otherwise
+// large output would otherwise make the relative error meaningless.
+Compared compare(std::string_view name, const std::vector<double>& ref, const std::vector<double>& got,
+                 const ErrorModel& model, const std::function<double(std::size_t, double)>& tol) {
+  Compared c;
+  c.m.output = std::string(name);
+  double sum_r2 = 0, sum_e2 = 0, sum_ulps = 0;
+  std::size_t finite = 0, beyond = 0;
+  std::int64_t exact_at = -1;
+  for (const double r : ref) sum_r2 += std::isfinite(r) ? r * r : 0.0;
+  const double floor =
+      0x1p-10 * std::sqrt(sum_r2 / static_cast<double>(std::max<std::size_t>(ref.size(), 1)));
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double r = ref[i], v = got[i];
+    if (!std::isfinite(r) || !std::isfinite(v)) continue;  // judged by the NaN/Inf policy
+    const double err = v - r, t = tol(i, r), u = ulp(model.dtype, r);
+    if (model.exact && (v != r || std::signbit(v) != std::signbit(r)) && exact_at < 0)
+      exact_at = static_cast<std::int64_t>(i);
+    ++finite;
+    sum_e2 += err * err;
+    sum_ulps += err / u;
+    c.m.max_abs = std::max(c.m.max_abs, std::fabs(err));
+    c.m.max_rel = std::max(c.m.max_rel, std::fabs(err) / std::max({std::fabs(r), floor, 1e-300}));
+    c.m.max_ulps = std::max(c.m.max_ulps, std::fabs(err) / u);
+    const double ratio = err == 0 ? 0.0 : t > 0 ? std::fabs(err) / t : kInf;
+    beyond += ratio > 1 ? 1 : 0;
+    if (ratio > c.m.worst_ratio || c.worst < 0) {
+      c.worst = static_cast<std::int64_t>(i);
+      c.m.worst_ratio = ratio;
+    }
+  }
+  if (exact_at >= 0) {  // for data movement the first inexact element is the finding
+    c.exact_violation = true;
+    c.worst = exact_at;
+  }
+  c.m.normwise = sum_r2 > 0 ? std::sqrt(sum_e2 / sum_r2) : (sum_e2 > 0 ? kInf : 0.0);
+  c.m.mean_signed_ulps = finite > 0 ? sum_ulps / static_cast<double>(finite) : 0.0;
+  c.m.share_beyond = finite > 0 ? static_cast<double>(beyond) / static_cast<double>(finite) : 0.0;
+  return c;
+}
+
+void fill_worst(Compared& c, const Shape& shape, const std::vector<double>& ref,
+                const std::vector<double>& got, const std::function<double(std::size_t, double)>& tol) {
+  if (c.worst < 0) return;
+  const auto i = static_cast<std::size_t>(c.worst);
+  c.m.worst_index = unravel(c.worst, shape);
+  c.m.worst_value = got[i];
+  c.m.worst_reference = ref[i];
+  c.m.worst_tolerance = tol(i, ref[i]);
+}
+
+std::string worst_line(const OutputMetrics& m) {
+  return fmt::format("{}[{}]: {:.9g} vs reference {:.9g}, tolerance {:.3g}, {:.3g}x tolerance", m.output,
+                     fmt::join(m.worst_index, ", "), m.worst_value, m.worst_reference, m.worst_tolerance,
+                     m.worst_ratio);
+}
+
+void measure(const PreparedCase& pc, const Numerics& n, Evaluation& ev) {
+  for (const auto& [name, ref_t] : pc.reference) {
+    const ErrorModel& model = pc.model.at(name);
+    const auto ref = ref_t.to_f64(), got = ev.outputs.at(name).to_f64();
+    const auto tol = [&](std::size_t i, double r) { return tolerance(model, n, i, r); };
+    Compared c = compare(name, ref, got, model, tol);
+    fill_worst(c, ref_t.shape(), ref, got, tol);
+    ev.worst_ratio = std::max(ev.worst_ratio, c.m.worst_ratio);
+    if (ev.verdict == Verdict::kPass && c.exact_violation) {
+      ev.verdict = Verdict::kNotExact;
+      ev.detail = fmt::format("{}: {:.9g} vs input {:.9g}: data movement must be bit-exact",
+                              where(name, c.worst, ref_t.shape()), c.m.worst_value, c.m.worst_reference);
+    } else if (ev.verdict == Verdict::kPass && c.m.worst_ratio > 1) {
+      ev.verdict = Verdict::kBeyondTolerance;
+      ev.detail = worst_line(c.m);
+    }
+    ev.metrics.push_back(std::move(c.m));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Metamorphic contracts: bit-for-bit comparisons of output views.
+
+std::optional<std::string> differs(const Case& a, const Case& b) {
+  for (const auto& name : op_signature(a).outputs) {
+    const Tensor &ta = a.tensor(name), &tb = b.tensor(name);
+    for (std::int64_t i = 0; i < ta.numel(); ++i) {
+      const auto ba = ta.storage()->load_bits(ta.index_of_linear(i));
+      const auto bb = tb.storage()->load_bits(tb.index_of_linear(i));
+      if (ba != bb)
+        return fmt::format("{}: {:.9g} vs {:.9g}", where(name, i, ta.shape()),
+                           ta.storage()->load(ta.index_of_linear(i)),
+                           tb.storage()->load(tb.index_of_linear(i)));
+    }
+  }
+  return std::nullopt;
+}
+
+Tensor sub_view(const Tensor& t, std::int64_t first, std::int64_t count) {
+  Shape shape = t.shape();
+  shape[0] = count;
+  return Tensor::view(t.storage(), shape, t.strides(), t.offset() + first * t.strides()[0]);
+}
+
+// The last row (row ops) or the last sequence (attention) alone, as views into c's storages.
+Case sub_batch(const Case& c) {
+  Case s = c;
+  if (c.op != OpKind::kAttention) {
+    const std::int64_t last = c.tensor(op_signature(c).outputs.front()).size(0) - 1;
+    for (auto& [name, t] : s.tensors)
+      if (t.dim() == 2) t = sub_view(t, last, 1);
+    return s;
+  }
+  const std::int64_t seq = c.tensor("seq_lens").size(0) - 1;
+  const Tensor& qsl = c.tensor("query_start_loc");
+  const auto first = static_cast<std::int64_t>(qsl.at({seq})),
+             count = static_cast<std::int64_t>(qsl.at({seq + 1})) - first;
+  for (const char* name : {"q", "o", "lse"}) s.tensor(name) = sub_view(c.tensor(name), first, count);
+  s.tensor("block_table") = sub_view(c.tensor("block_table"), seq, 1);
+  s.tensor("seq_lens") = sub_view(c.tensor("seq_lens"), seq, 1);
+  Tensor starts = Tensor::zeros(DType::kI32, {2});
+  starts.set({1}, static_cast<double>(count));
+  s.tensor("query_start_loc") = starts;
+  return s;
+}
+
+bool has_batch(const Case& c) {
+  if (c.op == OpKind::kAttention) return c.tensor("seq_lens").size(0) > 1;
+  return c.tensor(op_signature(c).outputs.front()).size(0) > 1;
+}
+
+// Moves every physical KV block to a new place (a permutation derived from the case's seed and index) and
+// rewrites the block table to match: attention is a function of the logical sequence, so no bit may change.
+Case permute_blocks(const Case& pristine) {
+  Case c = pristine.clone();
+  const Tensor& k = pristine.tensor("k_cache");
+  const std::int64_t blocks = k.size(0);
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(pristine.seed * 0x9e3779b97f4a7c15ull + pristine.index + 1);
+  for (std::size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[rng() % i]);
+  std::rotate(perm.begin(), perm.begin() + 1, perm.end());  // never the identity (blocks >= 2)
+  for (const char* name : {"k_cache", "v_cache"}) {
+    const Tensor &src = pristine.tensor(name), &dst = c.tensor(name);
+    const std::int64_t per_block = src.numel() / blocks;
+    for (std::int64_t i = 0; i < src.numel(); ++i) {
+      const std::int64_t to = perm[static_cast<std::size_t>(i / per_block)] * per_block + i % per_block;
+      dst.storage()->store_bits(dst.index_of_linear(to), src.storage()->load_bits(src.index_of_linear(i)));
+    }
+  }
+  Tensor& table = c.tensor("block_table");
+  for (std::int64_t i = 0; i < table.numel(); ++i) {
+    const std::int64_t at = table.index_of_linear(i);
+    table.storage()->store(at,
+                           static_cast<double>(perm[static_cast<std::size_t>(table.storage()->load(at))]));
+  }
+  return c;
+}
+
+// Runs `variant` and compares its outputs with `expected` (views of the same logical elements) bit for bit.
+bool variant_differs(const Backend& b, Case variant, const Case& expected, Verdict v, std::string_view what,
+                     Evaluation& ev) {
+  std::optional<std::string> diff;
+  if (const auto err = run_backend(b, variant)) diff = "the run threw: " + *err;
+  if (!diff) diff = differs(expected, variant);
+  if (!diff) return false;
+  ev.verdict = v;
+  ev.detail = fmt::format("{}: {}", what, *diff);
+  return true;
+}
+
+void check_metamorphic(const Backend& b, const PreparedCase& pc, const Case& first, Evaluation& ev) {
+  const Numerics n = b.numerics();
+  if (n.deterministic && variant_differs(b, pc.input.clone(), first, Verdict::kNondeterministic,
+                                         "a second run of the same case differs", ev))
+    return;
+  if (n.block_permutation_invariant && pc.input.op == OpKind::kAttention &&
+      pc.input.tensor("k_cache").size(0) > 1 &&
+      variant_differs(b, permute_blocks(pc.input), first, Verdict::kBlockPermutationVariant,
+                      "physical KV blocks permuted (block table updated) changes", ev))
+    return;
+  if (n.batch_invariant && has_batch(pc.input)) {
+    const Case sub = sub_batch(pc.input.clone());
+    if (b.supports(sub).ok)
+      variant_differs(b, sub, sub_batch(first), Verdict::kBatchVariant,
+                      "run alone, the last row/sequence differs", ev);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+
+std::string_view verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::kPass:
+      return "pass";
+    case Verdict::kUnsupported:
+      return "unsupported";
+    case Verdict::kError:
+      return "error";
+    case Verdict::kGuardViolation:
+      return "guard_violation";
+    case Verdict::kInputModified:
+      return "input_modified";
+    case Verdict::kNanMismatch:
+      return "nan_mismatch";
+    case Verdict::kInfMismatch:
+      return "inf_mismatch";
+    case Verdict::kBeyondTolerance:
+      return "beyond_tolerance";
+    case Verdict::kNotExact:
+      return "not_exact";
+    case Verdict::kNondeterministic:
+      return "nondeterministic";
+    case Verdict::kBatchVariant:
+      return "batch_variant";
+    case Verdict::kBlockPermutationVariant:
+      return "block_permutation_variant";
+    case Verdict::kFusedUnfusedDrift:
+      return "fused_unfused_drift";
+  }
+  return "unknown";
+}
+
+bool is_failure(Verdict v) {
+  return v != Verdict::kPass && v != Verdict::kUnsupported;
+}
+
+double tolerance(const ErrorModel& m, const Numerics& n, std::size_t i, double ref) {
+  if (m.exact) return 0.0;
+  const auto term = [i](const std::vector<double>& v) { return v.empty() ? 0.0 : v[i]; };
+  double d = term(m.base) + std::max(n.output_roundings - 1, 0) * term(m.intermediate);
+  if (n.p_rounded) d += term(m.p_rounding);
+  if (n.kv_dequant_rounded) d += term(m.kv_dequant_rounding);
+  if (n.partials_rounded) d += term(m.partials_rounding);
+  return std::max(d + 0.5 * ulp(m.dtype, std::fabs(ref) + d), 2 * term(m.baseline));
+}
+
+PreparedCase prepare(Case c) {
+  PreparedCase pc;
+  pc.reference = reference(c);  // validates the case
+  pc.baseline = naive_baseline(c);
+  pc.model = error_model(c, pc.reference, pc.baseline);
+  pc.input = std::move(c);
+  return pc;
+}
+
+Evaluation evaluate(const Backend& backend, const PreparedCase& pc, const EvalOptions& opts) {
+  Evaluation ev;
+  if (const Support s = backend.supports(pc.input); !s.ok) {
+    ev.verdict = Verdict::kUnsupported;
+    ev.detail = s.reason;
+    return ev;
+  }
+  Case run = pc.input.clone();
+  if (const auto err = run_backend(backend, run)) {
+    ev.verdict = Verdict::kError;
+    ev.detail = *err;
+    return ev;
+  }
+  for (const auto& name : op_signature(run).outputs) ev.outputs[name] = logical_f64(run.tensor(name));
+  ev.verdict = check_storage(pc.input, run, &ev.detail);
+  if (ev.verdict == Verdict::kPass) ev.verdict = check_specials(pc, ev.outputs, &ev.detail);
+  measure(pc, backend.numerics(), ev);
+  if (ev.verdict == Verdict::kPass && opts.metamorphic) check_metamorphic(backend, pc, run, ev);
+  return ev;
+}
+
+double divergence_ulps(const Outputs& a, const Outputs& b, DType out_dtype) {
+  double worst = 0;
+  for (const auto& [name, ta] : a) {
+    const auto it = b.find(name);
+    if (it == b.end()) continue;
+    const auto va = ta.to_f64(), vb = it->second.to_f64();
+    for (std::size_t i = 0; i < std::min(va.size(), vb.size()); ++i) {
+      if (std::isnan(va[i]) && std::isnan(vb[i])) continue;
+      if (va[i] == vb[i]) continue;
+      if (!std::isfinite(va[i]) || !std::isfinite(vb[i])) return kInf;
+      worst = std::max(
+          worst, std::fabs(va[i] - vb[i]) / ulp(out_dtype, std::min(std::fabs(va[i]), std::fabs(vb[i]))));
+    }
+  }
+  return worst;
+}
+
+double divergence_ulps(const Outputs& a, const Outputs& b, const Case& c) {
+  double worst = 0;
+  for (const auto& [name, ta] : a) {
+    const auto it = b.find(name);
+    if (it == b.end() || !c.has(name)) continue;
+    Outputs one_a, one_b;
+    one_a.emplace(name, ta);
+    one_b.emplace(name, it->second);
+    worst = std::max(worst, divergence_ulps(one_a, one_b, c.tensor(name).dtype()));
+  }
+  return worst;
+}
+
+Evaluation compare_fused_unfused(const PreparedCase& pc, const Outputs& fused, const Numerics& fused_numerics,
+                                 const Outputs& unfused, const Numerics& unfused_numerics) {
+  Evaluation ev;
+  for (const auto& [name, ref_t] : pc.reference) {
+    const ErrorModel& model = pc.model.at(name);
+    const auto ref = ref_t.to_f64(), a = fused.at(name).to_f64(), b = unfused.at(name).to_f64();
+    const auto tol = [&](std::size_t i, double r) {
+      return tolerance(model, fused_numerics, i, r) + tolerance(model, unfused_numerics, i, r);
+    };
+    for (std::size_t i = 0; i < a.size() && ev.verdict == Verdict::kPass; ++i) {
+      if (std::isnan(a[i]) != std::isnan(b[i]) || ((std::isinf(a[i]) || std::isinf(b[i])) && a[i] != b[i])) {
+        ev.verdict = Verdict::kFusedUnfusedDrift;
+        ev.detail = fmt::format("{}: fused {} vs unfused {}",
+                                where(name, static_cast<std::int64_t>(i), ref_t.shape()), a[i], b[i]);
+      }
+    }
+    // The unfused output plays the reference: the ratio is |fused - unfused| / (tol_fused + tol_unfused).
+    Compared c = compare(name, b, a, model, [&](std::size_t i, double) { return tol(i, ref[i]); });
+    fill_worst(c, ref_t.shape(), b, a, [&](std::size_t i, double) { return tol(i, ref[i]); });
+    if (ev.verdict == Verdict::kPass && c.m.worst_ratio > 1) {
+      ev.verdict = Verdict::kFusedUnfusedDrift;
+      ev.detail = "fused vs unfused: " + worst_line(c.m);
+    }
+    ev.worst_ratio = std::max(ev.worst_ratio, c.m.worst_ratio);
+    ev.metrics.push_back(std::move(c.m));
+  }
+  ev.outputs = fused;
+  return ev;
+}
+
+}  // namespace driftcheck::fuzz

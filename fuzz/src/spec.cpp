@@ -1,0 +1,581 @@
+// CaseSpec -> JSON and back, and materialize(): the one place that turns a spec into tensors.
+//
+// Values come from std::mt19937_64 (its output sequence is fixed by the C++ standard) and from arithmetic
+// that is exact in IEEE double, so a spec materialises into the same bits on every platform: normals are
+// Irwin-Hall sums of four 16-bit uniforms (exact sums, no libm call), not std::normal_distribution
+// (implementation-defined).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "driftcheck/fuzz/spec.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Deterministic values
+
+class ValueRng {
+ public:
+  ValueRng(std::uint64_t seed, std::uint64_t stream)
+      : gen_(mix(seed ^ mix(stream + 0x9e3779b97f4a7c15ull))) {}
+  std::uint64_t next() { return gen_(); }
+  std::uint64_t below(std::uint64_t n) { return n == 0 ? 0 : gen_() % n; }
+  double uniform() { return static_cast<double>(gen_() >> 11) * 0x1p-53; }  // [0, 1), exact
+  // Irwin-Hall of four 16-bit uniforms, scaled to unit variance: mean 0, support +-2*sqrt(3). Every step is
+  // exact except the final multiply by sqrt(3) (a correctly rounded constant), so the result is platform
+  // independent.
+  double normal() {
+    const std::uint64_t x = gen_();
+    double sum = 0;
+    for (int k = 0; k < 4; ++k) sum += (static_cast<double>((x >> (16 * k)) & 0xffffu) + 0.5) * 0x1p-16;
+    return (sum - 2.0) * 1.7320508075688772;
+  }
+  double sign() { return (gen_() & 1u) ? -1.0 : 1.0; }
+
+ private:
+  static std::uint64_t mix(std::uint64_t z) {  // splitmix64 finaliser: decorrelates nearby seeds
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  std::mt19937_64 gen_;
+};
+
+// Streams: one per tensor role, so shrinking one tensor's shape leaves the others' values alone.
+enum Stream : std::uint64_t { kX = 1, kW, kRes, kA, kB, kWe, kWh, kQ, kK, kV, kSinks, kPoison, kTable };
+
+double format_max(DType t) {
+  if (t == DType::kF32) return std::numeric_limits<float>::max();
+  if (t == DType::kF64) return std::numeric_limits<double>::max();
+  return max_finite(*float_format(t));
+}
+
+double min_normal(DType t) {
+  if (t == DType::kF32) return std::numeric_limits<float>::min();
+  const FloatFormat& f = *float_format(t);
+  return std::ldexp(1.0, 1 - f.bias);
+}
+
+// "Near max" magnitude for a row of `width` values reduced by a sum of squares in fp32: the format's max,
+// capped where width * m^2 would overflow fp32 (bf16 and fp32 share fp32's range, so their true max cannot be
+// squared in an fp32 accumulator: that is a limit of every fp32 kernel, not a bug to report). Power of two:
+// exact.
+double near_max_magnitude(DType t, std::int64_t width) {
+  const int width_log2 =
+      static_cast<int>(std::ceil(std::log2(static_cast<double>(std::max<std::int64_t>(width, 1)))));
+  const double cap = std::ldexp(1.0, (126 - width_log2 - 2) / 2);
+  return std::min(format_max(t) * 0.5, cap);
+}
+
+// Row-major values of a [rows, width] block drawn from a distribution. `magnitude` is the near-max magnitude.
+std::vector<double> draw_values(Distribution d, DType t, std::int64_t rows, std::int64_t width,
+                                double magnitude, ValueRng& rng) {
+  std::vector<double> v(static_cast<std::size_t>(rows * width));
+  std::vector<bool> outlier(static_cast<std::size_t>(width), false);
+  if (d == Distribution::kOutlierChannels) {  // about one channel in 64 (at least one) is 100x larger
+    const std::int64_t n = std::max<std::int64_t>(1, width / 64);
+    for (std::int64_t k = 0; k < n; ++k) outlier[rng.below(static_cast<std::uint64_t>(width))] = true;
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double row_level = rng.normal();
+    const auto normal_col = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(width)));
+    for (std::int64_t c = 0; c < width; ++c) {
+      double x = rng.normal();
+      switch (d) {
+        case Distribution::kNormal:
+          break;
+        case Distribution::kOutlierChannels:
+          x *= outlier[static_cast<std::size_t>(c)] ? 100.0 : 1.0;
+          break;
+        case Distribution::kNearConstant:
+          x = row_level + 1e-3 * x;
+          break;
+        case Distribution::kNearMax:
+          x = rng.sign() * magnitude * (0.5 + 0.5 * rng.uniform());
+          break;
+        case Distribution::kSubnormal:
+          // Three in four values below the smallest normal; one column per row stays normal so that the row's
+          // sum of squares is not itself pure underflow (which no fp32 kernel can represent).
+          if (c != normal_col && rng.below(4) != 0) x = rng.sign() * rng.uniform() * min_normal(t);
+          break;
+        case Distribution::kLargeLogits:
+          x *= 1024.0;
+          break;
+      }
+      v[static_cast<std::size_t>(r * width + c)] = x;
+    }
+  }
+  return v;
+}
+
+// Guard bands and unwritten outputs hold values no correct computation produces: NaN, +-inf (max finite where
+// the format has no infinity) and +-max finite.
+void poison_storage(Storage& s, ValueRng& rng) {
+  for (std::int64_t i = 0; i < s.numel(); ++i) {
+    if (s.dtype == DType::kI32) {
+      s.store_bits(i, 0x7fffffffu - rng.below(16));
+      continue;
+    }
+    static constexpr double kInf = std::numeric_limits<double>::infinity();
+    const double choices[] = {std::numeric_limits<double>::quiet_NaN(), kInf, -kInf, format_max(s.dtype),
+                              -format_max(s.dtype)};
+    s.store(i, choices[rng.below(5)]);  // kIeee: inf becomes NaN in fp8 formats without inf
+  }
+}
+
+// Guard elements on each side of a storage: one full row plus a little, so an off-by-one-row write or a write
+// that ignores the row stride lands inside the storage (and is caught) instead of corrupting the heap.
+std::int64_t guard_for(std::int64_t width) {
+  return width + 8;
+}
+
+Tensor make_padded(DType t, Shape shape, std::int64_t row_pad, std::int64_t offset, ValueRng& poison) {
+  const std::int64_t width = shape.back();
+  Tensor x = Tensor::padded(t, std::move(shape), width + row_pad, offset, guard_for(width));
+  poison_storage(*x.storage(), poison);
+  return x;
+}
+
+void fill(Tensor& t, Distribution d, std::int64_t rows, double magnitude, ValueRng& rng,
+          Overflow ov = Overflow::kIeee) {
+  const std::int64_t width = rows == 0 ? 0 : t.numel() / rows;
+  const auto v = draw_values(d, t.dtype(), rows, width, magnitude, rng);
+  t.copy_from(v, ov);
+}
+
+// Weights sit around 1 (w) or 0 (1 + w) like trained norm weights, with a spread that exercises the rounding.
+void fill_weight(Tensor& w, WeightMode mode, ValueRng& rng) {
+  std::vector<double> v(static_cast<std::size_t>(w.numel()));
+  for (auto& x : v) x = (mode == WeightMode::kPlain ? 1.0 : 0.0) + 0.25 * rng.normal();
+  w.copy_from(v);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Row ops
+
+Case materialize_rmsnorm(const CaseSpec& s, ValueRng& poison) {
+  const auto& p = std::get<RmsNormParams>(s.params);
+  Case c;
+  c.params = p;
+  const std::int64_t n = s.rows, h = s.hidden;
+  // With a residual, x + r must stay finite in the activation format: halve the near-max magnitude.
+  const double mag = near_max_magnitude(s.act_dtype, h) * (p.residual ? 0.5 : 1.0);
+  ValueRng rx(s.value_seed, kX), rw(s.value_seed, kW), rr(s.value_seed, kRes);
+  Tensor x = make_padded(s.act_dtype, {n, h}, s.row_pad, s.base_offset, poison);
+  fill(x, s.distribution, n, mag, rx);
+  Tensor w = make_padded(s.act_dtype, {h}, 0, s.base_offset, poison);
+  fill_weight(w, p.weight_mode, rw);
+  c.tensors["x"] = x;
+  c.tensors["w"] = w;
+  if (p.residual) {
+    Tensor r = make_padded(s.act_dtype, {n, h}, s.row_pad, s.base_offset, poison);
+    fill(r, s.distribution, n, mag, rr);
+    c.tensors["residual"] = r;
+  }
+  c.tensors["y"] = s.inplace_output ? x : make_padded(s.act_dtype, {n, h}, s.row_pad, s.base_offset, poison);
+  return c;
+}
+
+Case materialize_concat(const CaseSpec& s, ValueRng& poison) {
+  Case c;
+  c.params = ConcatParams{};
+  ValueRng ra(s.value_seed, kA), rb(s.value_seed, kB);
+  const std::int64_t n = s.rows;
+  // b gets its own row padding and alignment so the two inputs never share a layout by accident.
+  Tensor a = make_padded(s.act_dtype, {n, s.hidden}, s.row_pad, s.base_offset, poison);
+  Tensor b = make_padded(s.act_dtype, {n, s.hidden_b}, (s.row_pad * 3) % 17, (s.base_offset + 3) % 8, poison);
+  fill(a, s.distribution, n, near_max_magnitude(s.act_dtype, s.hidden), ra);
+  fill(b, s.distribution, n, near_max_magnitude(s.act_dtype, s.hidden_b), rb);
+  c.tensors["a"] = a;
+  c.tensors["b"] = b;
+  c.tensors["out"] = make_padded(s.act_dtype, {n, s.hidden + s.hidden_b}, s.row_pad, s.base_offset, poison);
+  return c;
+}
+
+// e is contiguous (embeddings), h strided (a slice of the target's concatenated aux hidden states), as in
+// EAGLE3.
+Case materialize_dual(const CaseSpec& s, ValueRng& poison) {
+  const auto& p = std::get<DualRmsNormCatParams>(s.params);
+  Case c;
+  c.params = p;
+  const std::int64_t n = s.rows, h = s.hidden;
+  const double mag = near_max_magnitude(s.act_dtype, h);
+  ValueRng re(s.value_seed, kX), rh(s.value_seed, kRes), rwe(s.value_seed, kWe), rwh(s.value_seed, kWh);
+  Tensor e = make_padded(s.act_dtype, {n, h}, 0, s.base_offset, poison);
+  Tensor hid = make_padded(s.act_dtype, {n, h}, s.row_pad, s.base_offset, poison);
+  fill(e, s.distribution, n, mag, re);
+  fill(hid, s.distribution, n, mag, rh);
+  Tensor we = make_padded(s.act_dtype, {h}, 0, s.base_offset, poison);
+  Tensor wh = make_padded(s.act_dtype, {h}, 0, s.base_offset, poison);
+  fill_weight(we, p.weight_mode, rwe);
+  fill_weight(wh, p.weight_mode, rwh);
+  c.tensors["e"] = e;
+  c.tensors["h"] = hid;
+  c.tensors["w_e"] = we;
+  c.tensors["w_h"] = wh;
+  c.tensors["out"] = make_padded(s.act_dtype, {n, 2 * h}, s.row_pad, s.base_offset, poison);
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Attention
+
+struct Paging {
+  std::vector<std::int64_t> blocks_per_seq;
+  std::int64_t used = 0, total = 0, max_blocks = 1;
+  std::vector<std::int32_t> placement;  // logical block number (in order of sequences) -> physical block
+};
+
+Paging plan_paging(const CaseSpec& s, std::int64_t block_size) {
+  Paging pg;
+  for (const auto len : s.seq_lens) {
+    const std::int64_t nb = (len + block_size - 1) / block_size;
+    pg.blocks_per_seq.push_back(nb);
+    pg.used += nb;
+    pg.max_blocks = std::max(pg.max_blocks, nb);
+  }
+  pg.total = pg.used + s.spare_blocks;
+  pg.placement.resize(static_cast<std::size_t>(pg.total));
+  std::iota(pg.placement.begin(), pg.placement.end(), 0);
+  if (s.block_table_seed != 0) {  // Fisher-Yates with the spec's seed: platform independent
+    ValueRng r(s.block_table_seed, kTable);
+    for (std::size_t i = pg.placement.size(); i > 1; --i)
+      std::swap(pg.placement[i - 1], pg.placement[r.below(i)]);
+  }
+  return pg;
+}
+
+// Block table rows point at each sequence's blocks; entries past a sequence's last block point at a spare
+// (poisoned) block when there is one, so a kernel that reads beyond its table row reads poison.
+Tensor make_block_table(const Paging& pg, ValueRng& poison) {
+  const auto seqs = static_cast<std::int64_t>(pg.blocks_per_seq.size());
+  Tensor t = make_padded(DType::kI32, {seqs, pg.max_blocks}, 0, 0, poison);
+  const std::int32_t filler = pg.total > pg.used ? pg.placement[static_cast<std::size_t>(pg.used)] : 0;
+  std::size_t next = 0;
+  for (std::int64_t s = 0; s < seqs; ++s) {
+    for (std::int64_t j = 0; j < pg.max_blocks; ++j) {
+      const bool used = j < pg.blocks_per_seq[static_cast<std::size_t>(s)];
+      t.set({s, j}, used ? pg.placement[next++] : filler);
+    }
+  }
+  return t;
+}
+
+// KV values are drawn for every slot, stored with the fp8 formats' saturating quantisation (value / scale, as
+// vLLM's quantised cache writes do), then every slot no sequence owns is overwritten with poison.
+Tensor make_cache(const CaseSpec& s, const Paging& pg, double scale, Distribution d, Stream stream,
+                  ValueRng& poison) {
+  const auto& p = std::get<AttentionParams>(s.params);
+  const std::int64_t slot = p.num_kv_heads * p.head_dim;
+  Tensor t =
+      make_padded(s.kv_dtype, {pg.total, p.block_size, p.num_kv_heads, p.head_dim}, 0, s.base_offset, poison);
+  ValueRng r(s.value_seed, stream);
+  const double mag =
+      is_fp8(s.kv_dtype) ? format_max(s.kv_dtype) * 0.5 : std::min(format_max(s.act_dtype) * 0.5, 0x1p64);
+  auto v = draw_values(d, s.act_dtype, pg.total * p.block_size, slot, mag, r);
+  const double inv = is_fp8(s.kv_dtype) && d != Distribution::kNearMax ? 1.0 / scale : 1.0;
+  for (auto& x : v) x *= inv;
+  t.copy_from(v, Overflow::kSaturate);
+  std::vector<bool> live(static_cast<std::size_t>(pg.total * p.block_size), false);
+  std::size_t next = 0;
+  for (std::size_t q = 0; q < s.seq_lens.size(); ++q) {
+    for (std::int64_t tok = 0; tok < s.seq_lens[q]; ++tok) {
+      const auto phys = pg.placement[next + static_cast<std::size_t>(tok / p.block_size)];
+      live[static_cast<std::size_t>(phys * p.block_size + tok % p.block_size)] = true;
+    }
+    next += static_cast<std::size_t>(pg.blocks_per_seq[q]);
+  }
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+  const double poisons[] = {std::numeric_limits<double>::quiet_NaN(), kInf, -kInf, format_max(s.kv_dtype)};
+  for (std::size_t k = 0; k < live.size(); ++k) {
+    if (live[k]) continue;
+    for (std::int64_t e = 0; e < slot; ++e)
+      t.storage()->store(t.index_of_linear(static_cast<std::int64_t>(k) * slot + e),
+                         poisons[poison.below(4)]);
+  }
+  return t;
+}
+
+Tensor i32_vector(const std::vector<std::int64_t>& v, ValueRng& poison) {
+  Tensor t = make_padded(DType::kI32, {static_cast<std::int64_t>(v.size())}, 0, 0, poison);
+  for (std::size_t i = 0; i < v.size(); ++i) t.set({static_cast<std::int64_t>(i)}, static_cast<double>(v[i]));
+  return t;
+}
+
+Case materialize_attention(const CaseSpec& s, ValueRng& poison) {
+  const auto& p = std::get<AttentionParams>(s.params);
+  Case c;
+  c.params = p;
+  const std::int64_t tokens = std::accumulate(s.query_lens.begin(), s.query_lens.end(), std::int64_t{0});
+  const Paging pg = plan_paging(s, p.block_size);
+  ValueRng rq(s.value_seed, kQ), rs(s.value_seed, kSinks);
+  Tensor q = make_padded(s.act_dtype, {tokens, p.num_q_heads, p.head_dim}, s.row_pad, s.base_offset, poison);
+  // Large logits: q scaled so that scale * q.k has a spread of ~hundreds (exp overflows without max
+  // subtraction).
+  const Distribution qd = s.distribution == Distribution::kNearMax ? Distribution::kNormal : s.distribution;
+  fill(q, qd, tokens * p.num_q_heads, 0.0, rq);
+  const Distribution kd =
+      s.distribution == Distribution::kLargeLogits || s.distribution == Distribution::kNearMax
+          ? Distribution::kNormal
+          : s.distribution;
+  c.tensors["q"] = q;
+  c.tensors["k_cache"] = make_cache(s, pg, p.k_scale, kd, kK, poison);
+  c.tensors["v_cache"] = make_cache(
+      s, pg, p.v_scale, s.distribution == Distribution::kLargeLogits ? Distribution::kNormal : s.distribution,
+      kV, poison);
+  c.tensors["block_table"] = make_block_table(pg, poison);
+  c.tensors["seq_lens"] = i32_vector(s.seq_lens, poison);
+  std::vector<std::int64_t> starts{0};
+  for (const auto ql : s.query_lens) starts.push_back(starts.back() + ql);
+  c.tensors["query_start_loc"] = i32_vector(starts, poison);
+  if (p.has_sinks) {
+    Tensor sinks = make_padded(DType::kF32, {p.num_q_heads}, 0, 0, poison);
+    std::vector<double> v(static_cast<std::size_t>(p.num_q_heads));
+    for (auto& x : v) x = 2.0 * rs.normal();
+    sinks.copy_from(v);
+    c.tensors["sinks"] = sinks;
+  }
+  c.tensors["o"] =
+      make_padded(s.act_dtype, {tokens, p.num_q_heads, p.head_dim}, s.row_pad, s.base_offset, poison);
+  c.tensors["lse"] = make_padded(DType::kF32, {tokens, p.num_q_heads}, 0, s.base_offset, poison);
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// JSON
+
+std::string_view distribution_name(Distribution d) {
+  switch (d) {
+    case Distribution::kNormal:
+      return "normal";
+    case Distribution::kOutlierChannels:
+      return "outlier_channels";
+    case Distribution::kNearConstant:
+      return "near_constant";
+    case Distribution::kNearMax:
+      return "near_max";
+    case Distribution::kSubnormal:
+      return "subnormal";
+    case Distribution::kLargeLogits:
+      return "large_logits";
+  }
+  return "normal";
+}
+
+constexpr Distribution kAllDistributions[] = {Distribution::kNormal,       Distribution::kOutlierChannels,
+                                              Distribution::kNearConstant, Distribution::kNearMax,
+                                              Distribution::kSubnormal,    Distribution::kLargeLogits};
+
+[[noreturn]] void bad(std::string_view field, std::string_view why) {
+  throw InvalidArgument(fmt::format("case spec field '{}': {}", field, why));
+}
+
+const nlohmann::json& field(const nlohmann::json& j, const char* name) {
+  if (!j.is_object()) bad(name, "the spec is not a JSON object");
+  const auto it = j.find(name);
+  if (it == j.end()) bad(name, "missing");
+  return *it;
+}
+
+std::int64_t get_int(const nlohmann::json& j, const char* name, std::int64_t min_value) {
+  const auto& v = field(j, name);
+  if (!v.is_number_integer()) bad(name, "expected an integer");
+  const auto x = v.get<std::int64_t>();
+  if (x < min_value) bad(name, fmt::format("{} is below the minimum {}", x, min_value));
+  return x;
+}
+
+std::uint64_t get_u64(const nlohmann::json& j, const char* name) {
+  const auto& v = field(j, name);
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
+    bad(name, "expected a non-negative integer");
+  return v.get<std::uint64_t>();
+}
+
+double get_double(const nlohmann::json& j, const char* name, double min_value) {
+  const auto& v = field(j, name);
+  if (!v.is_number()) bad(name, "expected a number");
+  const auto x = v.get<double>();
+  if (!std::isfinite(x) || x < min_value)
+    bad(name, fmt::format("{} is not a finite number >= {}", x, min_value));
+  return x;
+}
+
+bool get_bool(const nlohmann::json& j, const char* name) {
+  const auto& v = field(j, name);
+  if (!v.is_boolean()) bad(name, "expected true or false");
+  return v.get<bool>();
+}
+
+std::string get_string(const nlohmann::json& j, const char* name) {
+  const auto& v = field(j, name);
+  if (!v.is_string()) bad(name, "expected a string");
+  return v.get<std::string>();
+}
+
+DType get_dtype(const nlohmann::json& j, const char* name) {
+  DType t{};
+  const auto s = get_string(j, name);
+  if (!parse_dtype(s, &t) || !is_float(t)) bad(name, fmt::format("unknown float dtype '{}'", s));
+  return t;
+}
+
+WeightMode get_weight_mode(const nlohmann::json& j) {
+  const auto s = get_string(j, "weight_mode");
+  if (s == "plain") return WeightMode::kPlain;
+  if (s == "one_plus") return WeightMode::kOnePlus;
+  bad("weight_mode", fmt::format("unknown weight mode '{}' (plain, one_plus)", s));
+}
+
+std::string_view weight_mode_name(WeightMode m) {
+  return m == WeightMode::kPlain ? "plain" : "one_plus";
+}
+
+std::vector<std::int64_t> get_int_list(const nlohmann::json& j, const char* name, std::int64_t min_value) {
+  const auto& v = field(j, name);
+  if (!v.is_array()) bad(name, "expected an array of integers");
+  std::vector<std::int64_t> out;
+  for (const auto& e : v) {
+    if (!e.is_number_integer() || e.get<std::int64_t>() < min_value)
+      bad(name, fmt::format("expected integers >= {}", min_value));
+    out.push_back(e.get<std::int64_t>());
+  }
+  return out;
+}
+
+nlohmann::json params_to_json(const OpParams& params) {
+  return std::visit(
+      [](const auto& p) -> nlohmann::json {
+        using P = std::decay_t<decltype(p)>;
+        if constexpr (std::is_same_v<P, RmsNormParams>) {
+          return {{"eps", p.eps}, {"weight_mode", weight_mode_name(p.weight_mode)}, {"residual", p.residual}};
+        } else if constexpr (std::is_same_v<P, DualRmsNormCatParams>) {
+          return {{"eps", p.eps}, {"weight_mode", weight_mode_name(p.weight_mode)}};
+        } else if constexpr (std::is_same_v<P, AttentionParams>) {
+          return {{"num_q_heads", p.num_q_heads},
+                  {"num_kv_heads", p.num_kv_heads},
+                  {"head_dim", p.head_dim},
+                  {"block_size", p.block_size},
+                  {"scale", p.scale},
+                  {"causal", p.causal},
+                  {"window", p.window},
+                  {"softcap", p.softcap},
+                  {"k_scale", p.k_scale},
+                  {"v_scale", p.v_scale},
+                  {"has_sinks", p.has_sinks}};
+        } else {
+          return nlohmann::json::object();
+        }
+      },
+      params);
+}
+
+OpParams params_from_json(OpKind op, const nlohmann::json& j) {
+  switch (op) {
+    case OpKind::kRmsNorm:
+      return RmsNormParams{get_double(j, "eps", 0.0), get_weight_mode(j), get_bool(j, "residual")};
+    case OpKind::kConcat:
+      return ConcatParams{};
+    case OpKind::kDualRmsNormCat:
+      return DualRmsNormCatParams{get_double(j, "eps", 0.0), get_weight_mode(j)};
+    case OpKind::kAttention: {
+      AttentionParams p;
+      p.num_q_heads = get_int(j, "num_q_heads", 1);
+      p.num_kv_heads = get_int(j, "num_kv_heads", 1);
+      p.head_dim = get_int(j, "head_dim", 1);
+      p.block_size = get_int(j, "block_size", 1);
+      p.scale = get_double(j, "scale", -std::numeric_limits<double>::max());
+      p.causal = get_bool(j, "causal");
+      p.window = get_int(j, "window", 0);
+      p.softcap = get_double(j, "softcap", 0.0);
+      p.k_scale = get_double(j, "k_scale", 0.0);
+      p.v_scale = get_double(j, "v_scale", 0.0);
+      p.has_sinks = get_bool(j, "has_sinks");
+      return p;
+    }
+  }
+  bad("op", "unknown op");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+
+Case materialize(const CaseSpec& spec) {
+  ValueRng poison(spec.value_seed, kPoison);
+  Case c;
+  switch (spec.op) {
+    case OpKind::kRmsNorm:
+      c = materialize_rmsnorm(spec, poison);
+      break;
+    case OpKind::kConcat:
+      c = materialize_concat(spec, poison);
+      break;
+    case OpKind::kDualRmsNormCat:
+      c = materialize_dual(spec, poison);
+      break;
+    case OpKind::kAttention:
+      c = materialize_attention(spec, poison);
+      break;
+  }
+  c.op = spec.op;
+  return c;
+}
+
+void to_json(nlohmann::json& j, const CaseSpec& s) {
+  j = nlohmann::json{{"op", op_name(s.op)},
+                     {"params", params_to_json(s.params)},
+                     {"act_dtype", dtype_name(s.act_dtype)},
+                     {"kv_dtype", dtype_name(s.kv_dtype)},
+                     {"rows", s.rows},
+                     {"hidden", s.hidden},
+                     {"hidden_b", s.hidden_b},
+                     {"query_lens", s.query_lens},
+                     {"seq_lens", s.seq_lens},
+                     {"spare_blocks", s.spare_blocks},
+                     {"block_table_seed", s.block_table_seed},
+                     {"row_pad", s.row_pad},
+                     {"base_offset", s.base_offset},
+                     {"inplace_output", s.inplace_output},
+                     {"distribution", distribution_name(s.distribution)},
+                     {"value_seed", s.value_seed}};
+}
+
+void from_json(const nlohmann::json& j, CaseSpec& s) {
+  CaseSpec out;
+  const auto op = get_string(j, "op");
+  if (!parse_op(op, &out.op)) bad("op", fmt::format("unknown op '{}'", op));
+  out.params = params_from_json(out.op, field(j, "params"));
+  out.act_dtype = get_dtype(j, "act_dtype");
+  out.kv_dtype = get_dtype(j, "kv_dtype");
+  out.rows = get_int(j, "rows", 1);
+  out.hidden = get_int(j, "hidden", 1);
+  out.hidden_b = get_int(j, "hidden_b", 1);
+  out.query_lens = get_int_list(j, "query_lens", 1);
+  out.seq_lens = get_int_list(j, "seq_lens", 1);
+  if (out.query_lens.size() != out.seq_lens.size()) bad("query_lens", "needs one entry per seq_lens entry");
+  if (out.op == OpKind::kAttention && out.seq_lens.empty())
+    bad("seq_lens", "attention needs at least one sequence");
+  out.spare_blocks = get_int(j, "spare_blocks", 0);
+  out.block_table_seed = get_u64(j, "block_table_seed");
+  out.row_pad = get_int(j, "row_pad", 0);
+  out.base_offset = get_int(j, "base_offset", 0);
+  out.inplace_output = get_bool(j, "inplace_output");
+  const auto dist = get_string(j, "distribution");
+  const auto* it = std::find_if(std::begin(kAllDistributions), std::end(kAllDistributions),
+                                [&](Distribution d) { return distribution_name(d) == dist; });
+  if (it == std::end(kAllDistributions)) bad("distribution", fmt::format("unknown distribution '{}'", dist));
+  out.distribution = *it;
+  out.value_seed = get_u64(j, "value_seed");
+  s = std::move(out);
+}
+
+}  // namespace driftcheck::fuzz
