@@ -1,0 +1,333 @@
+// Campaign runner, journal and bundles, on test backends of the rmsnorm op registered in a private registry:
+// "exact" writes the fp64 reference rounded once (a correct kernel), "zero" writes zeros (fails every case
+// that is not all-zero), "never" declines every case. Covers determinism, replay of case k alone, resume
+// after a kill with a torn journal line, zero-case backends as errors, deduplication, and bundle / journal
+// file handling.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "driftcheck/fuzz/bundle.hpp"
+#include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/fuzz/journal.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+enum class Behaviour { kExact, kZero, kNever };
+
+class TestBackend : public Backend {
+ public:
+  TestBackend(std::string name, Behaviour b) : name_(std::move(name)), behaviour_(b) {}
+  std::string_view name() const override { return name_; }
+  std::string_view description() const override { return "campaign test backend"; }
+  BackendKind kind() const override { return BackendKind::kCpu; }
+  OpKind op() const override { return OpKind::kRmsNorm; }
+  Support supports(const Case&) const override {
+    return behaviour_ == Behaviour::kNever ? Support::no("test backend declines every case") : Support::yes();
+  }
+  void run(Case& c) const override {
+    const Outputs ref = reference(c);  // computed before any write: y may alias x
+    for (const auto& name : op_signature(c).outputs) {
+      const std::vector<double> v = ref.at(name).to_f64();
+      c.tensor(name).copy_from(behaviour_ == Behaviour::kExact ? v : std::vector<double>(v.size(), 0.0));
+    }
+  }
+
+ private:
+  std::string name_;
+  Behaviour behaviour_;
+};
+
+const Registry& test_registry() {
+  static const Registry reg = [] {
+    Registry r;
+    r.add(std::make_unique<TestBackend>("test.rmsnorm.exact", Behaviour::kExact));
+    r.add(std::make_unique<TestBackend>("test.rmsnorm.zero", Behaviour::kZero));
+    r.add(std::make_unique<TestBackend>("test.rmsnorm.never", Behaviour::kNever));
+    return r;
+  }();
+  return reg;
+}
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("driftcheck_campaign_test_" + name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+CampaignOptions options(const std::filesystem::path& dir, std::string globs, std::uint64_t cases) {
+  CampaignOptions o;
+  o.ops = {OpKind::kRmsNorm};
+  o.backend_globs = std::move(globs);
+  o.cases = cases;
+  o.seed = 5;
+  o.jobs = 2;
+  o.out_dir = dir;
+  o.gen.large_shapes = false;
+  o.shrink_steps = 20;
+  o.checkpoint_seconds =
+      0;  // a checkpoint on every monitor tick, so a cut journal has several to choose from
+  o.backends = &test_registry();
+  return o;
+}
+
+std::set<std::string> finding_ids(const reports::Report& r) {
+  std::set<std::string> ids;
+  for (const auto& f : r.findings) ids.insert(f.id);
+  return ids;
+}
+
+const reports::BackendReport& backend(const reports::Report& r, std::string_view name) {
+  for (const auto& b : r.backends)
+    if (b.name == name) return b;
+  throw std::runtime_error("no such backend in report");
+}
+
+constexpr std::uint64_t kCases = 24;
+
+TEST(Campaign, SameSeedGivesTheSameFindingsAndCounts) {
+  const auto a = run_campaign(options(fresh_dir("det_a"), "test.rmsnorm.exact,test.rmsnorm.zero", kCases));
+  auto o = options(fresh_dir("det_b"), "test.rmsnorm.exact,test.rmsnorm.zero", kCases);
+  o.jobs = 1;  // a different interleaving of workers must not change the stream
+  const auto b = run_campaign(o);
+  EXPECT_EQ(a.exit_code, 1);
+  EXPECT_EQ(a.report.cases, static_cast<std::int64_t>(kCases));
+  EXPECT_FALSE(a.report.findings.empty());
+  EXPECT_EQ(finding_ids(a.report), finding_ids(b.report));
+  for (const auto* name : {"test.rmsnorm.exact", "test.rmsnorm.zero"}) {
+    EXPECT_EQ(backend(a.report, name).passed, backend(b.report, name).passed) << name;
+    EXPECT_EQ(backend(a.report, name).failures_by_verdict, backend(b.report, name).failures_by_verdict)
+        << name;
+  }
+  EXPECT_EQ(backend(a.report, "test.rmsnorm.exact").passed, static_cast<std::int64_t>(kCases));
+  EXPECT_TRUE(backend(a.report, "test.rmsnorm.zero").first_finding_s.has_value());
+}
+
+TEST(Campaign, CaseKReplaysAloneAndEveryFindingHasABundle) {
+  const auto dir = fresh_dir("replay");
+  const auto r = run_campaign(options(dir, "test.rmsnorm.zero", kCases));
+  ASSERT_FALSE(r.report.findings.empty());
+  const Backend& zero = *test_registry().find("test.rmsnorm.zero");
+  for (const auto& f : r.report.findings) {
+    // The stream case, drawn on its own, fails the same way.
+    Case c = materialize(draw_case(OpKind::kRmsNorm, f.seed, f.case_index, {false}).value());
+    const CheckResult alone = check_case(zero, std::move(c));
+    ASSERT_TRUE(alone.support.ok);
+    EXPECT_EQ(verdict_name(alone.evaluation.verdict), f.verdict);
+    // The shrunk bundle replays to the same verdict.
+    Bundle b = read_bundle(dir / f.bundle);
+    EXPECT_EQ(b.finding.at("backend"), "test.rmsnorm.zero");
+    EXPECT_EQ(b.finding.at("case_index"), f.case_index);
+    const CheckResult replayed = check_case(zero, std::move(b.pristine));
+    EXPECT_EQ(verdict_name(replayed.evaluation.verdict), f.verdict);
+    // And passes on a correct backend.
+    Bundle again = read_bundle(dir / f.bundle);
+    EXPECT_EQ(
+        check_case(*test_registry().find("test.rmsnorm.exact"), std::move(again.pristine)).evaluation.verdict,
+        Verdict::kPass);
+  }
+}
+
+TEST(Campaign, DrawingCaseKDoesNotDependOnWhatWasDrawnBefore) {
+  nlohmann::json late = draw_case(OpKind::kRmsNorm, 5, 11, {false}).value();
+  for (std::uint64_t k = 0; k < 11; ++k) (void)draw_case(OpKind::kRmsNorm, 5, k, {false}).value();
+  EXPECT_EQ(late, nlohmann::json(draw_case(OpKind::kRmsNorm, 5, 11, {false}).value()));
+}
+
+TEST(Campaign, DeduplicatesBySignature) {
+  const auto dir = fresh_dir("dedup");
+  const auto r = run_campaign(options(dir, "test.rmsnorm.zero", kCases));
+  // Expected signatures, recomputed case by case.
+  const Backend& zero = *test_registry().find("test.rmsnorm.zero");
+  std::set<std::string> expected;
+  std::int64_t failing = 0;
+  for (std::uint64_t k = 0; k < kCases; ++k) {
+    const CaseSpec spec = draw_case(OpKind::kRmsNorm, 5, k, {false}).value();
+    const CheckResult c = check_case(zero, materialize(spec));
+    if (!is_failure(c.evaluation.verdict)) continue;
+    ++failing;
+    expected.insert(std::string(verdict_name(c.evaluation.verdict)) + "|" + shape_class(spec));
+  }
+  std::set<std::string> got;
+  for (const auto& f : r.report.findings) got.insert(f.verdict + "|" + f.shape_class);
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(r.report.findings.size(), expected.size()) << "one finding per signature";
+  std::int64_t reported_failing = 0;
+  for (const auto& [v, n] : backend(r.report, "test.rmsnorm.zero").failures_by_verdict) reported_failing += n;
+  EXPECT_EQ(reported_failing, failing) << "every failing case is counted even when deduplicated";
+}
+
+std::vector<std::string> lines_of(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+TEST(Campaign, ResumeAfterAKillWithATornLineLosesNothing) {
+  const std::string globs = "test.rmsnorm.exact,test.rmsnorm.zero";
+  const auto full = run_campaign(options(fresh_dir("resume_full"), globs, kCases));
+
+  // The "killed" run: half the cases, then its journal cut back to an early checkpoint (every finding record
+  // kept: they were flushed before the kill), report files gone, and a torn half-line at the end.
+  const auto dir = fresh_dir("resume_cut");
+  (void)run_campaign(options(dir, globs, kCases / 2));
+  const auto journal = dir / "journal.jsonl";
+  std::vector<std::string> kept;
+  bool checkpoint_kept = false;
+  for (const auto& line : lines_of(journal)) {
+    const auto j = nlohmann::json::parse(line);
+    const std::string type = j.at("type");
+    if (type == "end") continue;
+    if (type == "progress") {
+      if (checkpoint_kept || j.at("completed") == kCases / 2) continue;
+      checkpoint_kept = true;
+    }
+    kept.push_back(line);
+  }
+  {
+    std::ofstream out(journal, std::ios::trunc);
+    for (const auto& l : kept) out << l << "\n";
+    out << R"({"type":"progress","completed":)";  // torn: the kill landed mid-write
+  }
+  std::filesystem::remove(dir / "report.json");
+
+  auto o = options(dir, globs, kCases);
+  o.resume = true;
+  const auto resumed = run_campaign(o);
+  EXPECT_EQ(resumed.report.cases, static_cast<std::int64_t>(kCases));
+  EXPECT_EQ(finding_ids(resumed.report), finding_ids(full.report));
+  for (const auto* name : {"test.rmsnorm.exact", "test.rmsnorm.zero"}) {
+    EXPECT_EQ(backend(resumed.report, name).cases_run, backend(full.report, name).cases_run) << name;
+    EXPECT_EQ(backend(resumed.report, name).failures_by_verdict,
+              backend(full.report, name).failures_by_verdict);
+  }
+  for (const auto& f : resumed.report.findings)
+    EXPECT_TRUE(std::filesystem::exists(dir / f.bundle / "case.json"));
+  // The torn line is gone and the journal reads cleanly again.
+  EXPECT_FALSE(read_journal(journal).torn_tail);
+}
+
+TEST(Campaign, RefusesToMixIntoAnExistingCampaign) {
+  const auto dir = fresh_dir("exists");
+  (void)run_campaign(options(dir, "test.rmsnorm.exact", 2));
+  EXPECT_THROW(run_campaign(options(dir, "test.rmsnorm.exact", 2)), UsageError);
+}
+
+TEST(Campaign, ABackendThatRunsZeroCasesIsAnError) {
+  const auto clean = run_campaign(options(fresh_dir("zero_ok"), "test.rmsnorm.exact", 4));
+  EXPECT_EQ(clean.exit_code, 0);
+  EXPECT_TRUE(clean.report.errors.empty());
+  const auto r = run_campaign(options(fresh_dir("zero_never"), "test.rmsnorm.exact,test.rmsnorm.never", 4));
+  EXPECT_EQ(r.exit_code, 1);
+  const auto& never = backend(r.report, "test.rmsnorm.never");
+  EXPECT_EQ(never.cases_run, 0);
+  EXPECT_EQ(never.unsupported, 4);
+  EXPECT_NE(never.error.find("test backend declines every case"), std::string::npos) << never.error;
+  ASSERT_EQ(r.report.errors.size(), 1u);
+}
+
+TEST(Campaign, UnknownBackendGlobIsAUsageError) {
+  EXPECT_THROW(run_campaign(options(fresh_dir("unknown"), "test.nosuch.*", 2)), UsageError);
+}
+
+TEST(Campaign, AnOpWithoutABackendIsAnError) {
+  auto o = options(fresh_dir("op_without"), "test.rmsnorm.exact", 2);
+  o.ops = {OpKind::kRmsNorm, OpKind::kConcat};
+  const auto r = run_campaign(o);
+  EXPECT_EQ(r.exit_code, 1);
+  ASSERT_EQ(r.report.errors.size(), 1u);
+  EXPECT_NE(r.report.errors[0].find("concat"), std::string::npos);
+}
+
+// A case whose views share storage and leave guard bands: the bundle must give back the same bytes and
+// layout.
+Case aliased_case() {
+  Case c;
+  c.op = OpKind::kRmsNorm;
+  c.params = RmsNormParams{};
+  auto storage = std::make_shared<Storage>(DType::kBF16, 64);
+  for (std::int64_t i = 0; i < 64; ++i) storage->store(i, 0.25 * static_cast<double>(i) - 3.0);
+  c.tensors["x"] = Tensor::view(storage, {2, 8}, {12, 1}, 3);
+  c.tensors["y"] = Tensor::view(storage, {2, 8}, {12, 1}, 3);  // in place: y aliases x
+  c.tensors["w"] = Tensor::view(std::make_shared<Storage>(DType::kBF16, 8), {8}, {1}, 0);
+  return c;
+}
+
+TEST(Bundle, TensorFileKeepsAliasingGuardsAndBytes) {
+  const auto dir = fresh_dir("tensors");
+  std::filesystem::create_directories(dir);
+  const Case c = aliased_case();
+  write_tensors(dir / "t.bin", c);
+  const auto back = read_tensors(dir / "t.bin");
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_EQ(back.at("x").storage(), back.at("y").storage()) << "aliasing must survive";
+  EXPECT_EQ(back.at("x").storage()->bytes, c.tensor("x").storage()->bytes) << "guard bands included";
+  EXPECT_EQ(back.at("x").strides(), (Shape{12, 1}));
+  EXPECT_EQ(back.at("x").offset(), 3);
+  EXPECT_EQ(back.at("w").dtype(), DType::kBF16);
+}
+
+void expect_bundle_error(const std::filesystem::path& file, const std::string& content) {
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << content;
+  EXPECT_THROW(read_tensors(file), BundleError) << content.size();
+}
+
+TEST(Bundle, MalformedTensorFilesAreRejected) {
+  const auto dir = fresh_dir("bad_tensors");
+  std::filesystem::create_directories(dir);
+  write_tensors(dir / "good.bin", aliased_case());
+  std::ifstream in(dir / "good.bin", std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), {});
+  expect_bundle_error(dir / "bad.bin", "");
+  expect_bundle_error(dir / "bad.bin", "NOTATENSORFILE");
+  for (std::size_t cut : {std::size_t{10}, good.size() / 2, good.size() - 1})
+    expect_bundle_error(dir / "bad.bin", good.substr(0, cut));
+  expect_bundle_error(dir / "bad.bin", good + "x");
+  std::string wrong_version = good;
+  wrong_version[8] = 99;
+  expect_bundle_error(dir / "bad.bin", wrong_version);
+  EXPECT_THROW(read_tensors(dir / "missing.bin"), BundleError);
+  EXPECT_THROW(read_bundle(dir / "no_bundle_here"), BundleError);
+}
+
+TEST(Journal, ToleratesATornLastLineAndRejectsCorruptionElsewhere) {
+  const auto dir = fresh_dir("journal");
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "journal.jsonl";
+  {
+    Journal j = Journal::create(path, {{"args", {{"seed", 1}}}});
+    j.append({{"type", "progress"}, {"completed", 3}});
+  }
+  EXPECT_THROW(Journal::create(path, {}), JournalError) << "never overwrite a journal";
+  std::ofstream(path, std::ios::app) << R"({"type":"finding","id":)";
+  auto contents = read_journal(path);
+  EXPECT_TRUE(contents.torn_tail);
+  ASSERT_EQ(contents.records.size(), 2u);
+  EXPECT_EQ(contents.records[0].at("format_version"), kJournalFormatVersion);
+  {
+    Journal j = Journal::reopen(path);
+    j.append({{"type", "progress"}, {"completed", 4}});
+  }
+  contents = read_journal(path);
+  EXPECT_FALSE(contents.torn_tail);
+  ASSERT_EQ(contents.records.size(), 3u);
+  EXPECT_EQ(contents.records[2].at("completed"), 4);
+
+  std::ofstream(path, std::ios::app) << "garbage\n"
+                                     << R"({"type":"progress"})"
+                                     << "\n";
+  EXPECT_THROW(read_journal(path), JournalError);
+  std::ofstream(path, std::ios::trunc) << R"({"type":"header","format":"other"})"
+                                       << "\n";
+  EXPECT_THROW(read_journal(path), JournalError);
+}
+
+}  // namespace
+}  // namespace driftcheck::fuzz

@@ -1,0 +1,130 @@
+// The driftcheck binary as users run it: exit codes (0 clean, 1 drift, 2 bad usage or bad input, 3 internal)
+// and one-line errors on stderr for every kind of bad input, then an end-to-end mutant campaign whose bundle
+// replays.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "driftcheck/device/backend.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path scratch() {
+  static const fs::path dir = [] {
+    auto d = fs::temp_directory_path() / ("driftcheck_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+Run driftcheck(const std::string& args) {
+  const auto out = scratch() / "stdout", err = scratch() / "stderr";
+  const std::string cmd =
+      std::string(DRIFTCHECK_BIN) + " " + args + " >" + out.string() + " 2>" + err.string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+void expect_usage_error(const std::string& args, const std::string& mentions) {
+  const Run r = driftcheck(args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  EXPECT_NE(r.err.find(mentions), std::string::npos) << args << ": " << r.err;
+}
+
+TEST(Cli, BadUsageIsExitTwoWithOneLine) {
+  expect_usage_error("", "command is required");
+  expect_usage_error("frobnicate", "frobnicate");
+  expect_usage_error("fuzz --seconds -1", "--seconds");
+  expect_usage_error("fuzz --seconds 1 --cases 2", "excludes");
+  expect_usage_error("fuzz --jobs many", "--jobs");
+  expect_usage_error("fuzz --op nosuch", "unknown op 'nosuch'");
+  expect_usage_error("fuzz --backend 'nosuch.*'", "unknown backend 'nosuch.*'");
+  expect_usage_error("fuzz --resume --seed 3", "excludes");
+  expect_usage_error("replay", "needs a BUNDLE");
+  expect_usage_error("replay --seed 1 --case 2 --op rmsnorm --backend nosuch", "unknown backend");
+  expect_usage_error("replay --seed 1 --case 2 --op nosuch --backend x", "unknown op");
+}
+
+TEST(Cli, BadBundlesAreExitTwo) {
+  expect_usage_error((scratch() / "no_such_bundle").string(), "no_such_bundle");
+  expect_usage_error("replay " + (scratch() / "no_such_bundle").string(), "not a bundle directory");
+  const auto bad = scratch() / "bad_bundle";
+  fs::create_directories(bad);
+  std::ofstream(bad / "case.json") << "{ not json";
+  expect_usage_error("replay " + bad.string(), "case.json");
+  std::ofstream(bad / "case.json", std::ios::trunc) << R"({"format":"driftcheck.case","format_version":999})";
+  expect_usage_error("replay " + bad.string(), "format version 999");
+}
+
+TEST(Cli, HelpIsExitZero) {
+  const Run r = driftcheck("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("fuzz"), std::string::npos);
+}
+
+TEST(Cli, ListShowsOpsBackendsAndMutants) {
+  const Run r = driftcheck("list");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("ops: rmsnorm concat dual_rmsnorm_cat attention"), std::string::npos);
+  for (const auto& b : driftcheck::registry().all()) {
+    EXPECT_NE(r.out.find(std::string(b->name())), std::string::npos) << b->name();
+    if (b->kind() == driftcheck::BackendKind::kMutant)
+      EXPECT_NE(r.out.find(std::string(b->bug_class())), std::string::npos) << b->name();
+  }
+}
+
+const driftcheck::Backend* first_mutant_of(driftcheck::OpKind op) {
+  for (const auto& b : driftcheck::registry().all())
+    if (b->kind() == driftcheck::BackendKind::kMutant && b->op() == op) return b.get();
+  return nullptr;
+}
+
+// A mutant campaign finds drift (exit 1); its bundle replays alone and fails on the mutant (exit 1) but
+// passes on the correct backend it mutates (exit 0); the stream replay of the same case fails too.
+TEST(Cli, MutantFindingReplaysFromItsBundleAndFromTheStream) {
+  const driftcheck::Backend* mutant = first_mutant_of(driftcheck::OpKind::kRmsNorm);
+  if (mutant == nullptr) GTEST_SKIP() << "no rmsnorm mutant registered";
+  const auto out = scratch() / "mutant_campaign";
+  const Run fuzz = driftcheck("fuzz --backend " + std::string(mutant->name()) +
+                              " --cases 40 --jobs 2 --out " + out.string());
+  ASSERT_EQ(fuzz.code, 1) << fuzz.err;
+  const auto report = nlohmann::json::parse(slurp(out / "report.json"));
+  ASSERT_FALSE(report.at("findings").empty());
+  const auto& f = report.at("findings")[0];
+  const std::string bundle = (out / f.at("bundle").get<std::string>()).string();
+  EXPECT_EQ(driftcheck("replay " + bundle).code, 1);
+  EXPECT_EQ(driftcheck("replay " + bundle + " --backend " + std::string(mutant->mutates())).code, 0);
+  const Run stream =
+      driftcheck("replay --seed 1 --case " + std::to_string(f.at("case_index").get<std::uint64_t>()) +
+                 " --op rmsnorm --backend " + std::string(mutant->name()));
+  EXPECT_EQ(stream.code, 1) << stream.out;
+}
+
+}  // namespace
