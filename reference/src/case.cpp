@@ -207,8 +207,9 @@ void validate_attention_params(const AttentionParams& p, const Checker& k) {
 }
 
 // Sequence lengths, query lengths and block tables against each other and the cache.
-void validate_batch(const Checker& k, std::int64_t num_tokens, std::int64_t num_blocks,
-                    std::int64_t block_size) {
+void validate_batch(const Checker& k, const AttentionParams& p, std::int64_t num_tokens,
+                    std::int64_t num_blocks) {
+  const std::int64_t block_size = p.block_size;
   const Tensor& table = k.tensor("block_table");
   k.require(table.dim() == 2,
             "block_table must be 2-D [num_seqs, max_blocks], has shape " + shape_str(table.shape()));
@@ -227,8 +228,10 @@ void validate_batch(const Checker& k, std::int64_t num_tokens, std::int64_t num_
     const std::string seq = "sequence " + std::to_string(s) + ": ";
     k.require(q_len >= 0, "query_start_loc is not monotonic at " + std::to_string(s));
     k.require(len >= 0, seq + "seq_len " + std::to_string(len) + " < 0");
-    k.require(q_len <= len,
-              seq + "query length " + std::to_string(q_len) + " > seq_len " + std::to_string(len));
+    // Causal queries beyond the keys sit at negative positions and see nothing (fully masked rows, as
+    // FlashAttention allows for seqlen_q > seqlen_k); without causality such a query has no defined position.
+    k.require(p.causal || q_len <= len, seq + "query length " + std::to_string(q_len) + " > seq_len " +
+                                            std::to_string(len) + " in a non-causal case");
     const std::int64_t blocks = (len + block_size - 1) / block_size;
     k.require(blocks <= table.size(1), seq + "seq_len " + std::to_string(len) + " needs " +
                                            std::to_string(blocks) + " blocks, block_table has " +
@@ -257,7 +260,7 @@ void validate_attention(const Case& c, const Checker& k) {
   k.float_tensor("k_cache", cache);
   k.float_tensor("v_cache", cache);
   k.same_dtype("k_cache", "v_cache");
-  validate_batch(k, tokens, blocks, p.block_size);
+  validate_batch(k, p, tokens, blocks);
   k.require(p.has_sinks == c.has("sinks"), p.has_sinks
                                                ? "params.has_sinks is set but tensor 'sinks' is missing"
                                                : "tensor 'sinks' given but params.has_sinks is false");

@@ -14,7 +14,8 @@
 //   the end); it sees key t when (!causal || t <= p) && (window == 0 || p - t < window) && t < L.
 //   logits s_t = scale * q.k_t * k_scale, then softcap c > 0 maps s -> c * tanh(s / c); a sink adds exp(sink_h) to
 //   the softmax denominator and nothing to the numerator; lse = log(sum_t exp(s_t) [+ exp(sink_h)]);
-//   o = sum_t exp(s_t - lse) * v_t * v_scale. A row that sees no key and has no sink yields o = 0, lse = -inf.
+//   o = sum_t exp(s_t - lse) * v_t * v_scale. A row that sees no key and has no sink yields o = 0, lse = -inf;
+//   with a sink, o = 0 and lse = sink_h. Rows see no key only when causal and q > L (queries at p < 0).
 #pragma once
 
 #include <cstdint>
@@ -94,7 +95,7 @@ bool parse_op(std::string_view name, OpKind* out);
 
 // Throws InvalidArgument with a one-line message naming the first problem: missing tensor, shape or dtype
 // mismatch, eps < 0, Hq % Hkv != 0, a block-table entry outside the cache, a context longer than its table row,
-// query length longer than the sequence, non-monotonic query_start_loc.
+// query length longer than the sequence in a non-causal case, non-monotonic query_start_loc.
 void validate(const Case& c);
 
 }  // namespace driftcheck
