@@ -1,0 +1,496 @@
+// The shared paged-attention twin. Per sequence and KV head, the keys and values the sequence owns are
+// gathered once through the block table into fp32 panels (dequantised the way the kernel dequantises); every
+// query row of that head then walks the panel with the kernel's schedule. Only slots below seq_len are
+// gathered, so the poisoned slots of a case never reach a correct twin (real kernels read whole tiles and
+// select them away).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "twin_attention.hpp"
+
+namespace driftcheck::twin {
+
+namespace {
+
+constexpr float kLog2e = 1.44269504088896340736f;
+constexpr float kLn2 = 0.69314718055994530942f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// ROCM_ATTN custom kernel constants: masked logits and the bias that keeps its divisions finite.
+constexpr float kMaskedLogit = -std::numeric_limits<float>::max();
+constexpr float kSumBias = 1e-6f;
+// vllm#24486: the kernel block size the mutant assumes pages are made of.
+constexpr std::int64_t kKernelBlock = 16;
+
+// The case, resolved once.
+struct Batch {
+  const AttentionParams* p;
+  const Tensor* q;
+  const Tensor* k;
+  const Tensor* v;
+  const Tensor* table;
+  Tensor* o;
+  Tensor* lse;
+  std::vector<std::int32_t> seq_lens, query_start;
+  std::vector<float> sinks;  // per q head, in the kernel's logit domain
+  DType act;
+  std::int64_t num_seqs, hq, hkv, d, bs;
+  std::int64_t max_query_len;
+};
+
+// Per-case constants of the kernel's arithmetic.
+struct Plan {
+  float qk_mul;   // logits = qk_mul * dot(q, k)
+  float softcap;  // in the logit domain; 0: none
+  float v_mul;    // applied to the output (scale-after kernels) or 1
+  bool split;     // the split-KV path (its own tile size)
+};
+
+std::vector<std::int32_t> load_ints(const Tensor& t) {
+  std::vector<std::int32_t> out(static_cast<std::size_t>(t.numel()));
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    out[static_cast<std::size_t>(i)] = load_i32(*t.storage(), t.index_of_linear(i));
+  return out;
+}
+
+float exp_of(ExpImpl e, float x) {
+  switch (e) {
+    case ExpImpl::kExp:
+      return std::exp(x);
+    case ExpImpl::kExp2Folded:
+      return std::exp2(x);
+    case ExpImpl::kFastExp:
+      return std::exp2(x * kLog2e);
+  }
+  return 0.0f;
+}
+
+// A state (running max m, sum l, both in the logit domain) as a natural-log LSE.
+float natural_lse(ExpImpl e, float m, float l) {
+  return e == ExpImpl::kExp2Folded ? (m + std::log2(l)) * kLn2 : m + std::log(l);
+}
+
+float log_of(ExpImpl e, float x) {
+  return e == ExpImpl::kExp2Folded ? std::log2(x) : std::log(x);
+}
+
+// Keys and values of one (sequence, kv head), rows x D, as the kernel sees them before the dot products.
+struct Panel {
+  std::vector<float> k, v;
+  std::int64_t rows = 0;   // gathered rows: seq_len, or whole pages for the masked-P-times-V mutant
+  std::int64_t valid = 0;  // seq_len
+};
+
+// One query row.
+struct Row {
+  const float* q;
+  const Panel* panel;
+  std::int64_t lo, hi;  // visible keys [lo, hi]
+  bool decode;          // its sequence has query length 1
+};
+
+struct State {
+  float m = kNegInf;
+  float l = 1.0f;
+  std::vector<float> acc;
+};
+
+class AttentionTwin final : public TwinBackend {
+ public:
+  AttentionTwin(TwinInfo info, AttnKernel kernel, AttnBug bug)
+      : TwinBackend(std::move(info)), k_(std::move(kernel)), bug_(bug) {}
+
+  Support supports(const Case& c) const override;
+  void run(Case& c) const override;
+
+ private:
+  Batch resolve(Case& c) const;
+  Plan plan(const Batch& b) const;
+  std::int64_t kv_head(const Batch& b, std::int64_t h) const {
+    return bug_ == AttnBug::kGqaModulo ? h % b.hkv : h / (b.hq / b.hkv);
+  }
+  std::int64_t slot_index(const Batch& b, const Tensor& cache, std::int64_t s, std::int64_t t,
+                          std::int64_t g) const;
+  void gather(const Batch& b, std::int64_t s, std::int64_t g, Panel& panel) const;
+  void gather_one(const Batch& b, const Tensor& cache, double scale, std::int64_t s, std::int64_t g,
+                  std::vector<float>& out, std::int64_t rows) const;
+  Row make_row(const Batch& b, const float* q, const Panel& panel, std::int64_t s, std::int64_t j) const;
+  float logit(const Batch& b, const Plan& pl, const Row& r, std::int64_t t) const;
+  void run_tiles(const Batch& b, const Plan& pl, const Row& r, std::int64_t tile, std::int64_t begin,
+                 std::int64_t end, State& st, std::vector<float>& scores) const;
+  float compute_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h, float* out) const;
+  float tiled_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h, float* out) const;
+  float lse_merged_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h, float* out) const;
+  float normalized_partitions_row(const Batch& b, const Plan& pl, const Row& r, float* out) const;
+
+  AttnKernel k_;
+  AttnBug bug_;
+};
+
+// ---- support
+// ------------------------------------------------------------------------------------------------------
+
+template <class T>
+std::string join(const std::vector<T>& v, std::string_view last_sep) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += i + 1 == v.size() ? std::string(last_sep) : ", ";
+    s += fmt::format("{}", v[i]);
+  }
+  return s;
+}
+
+bool contains(const std::vector<std::int64_t>& v, std::int64_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+Support AttentionTwin::supports(const Case& c) const {
+  const auto& p = c.get<AttentionParams>();
+  const std::string& who = k_.name_for_reasons;
+  if (Support s = check_act_dtype(c.tensor("o"), "o"); !s.ok) return s;
+  if (c.tensor("q").dtype() != c.tensor("o").dtype())
+    return Support::no("q and o differ in dtype: the kernel reads and writes the activation dtype");
+  const DType kv = c.tensor("k_cache").dtype();
+  if (kv != c.tensor("v_cache").dtype()) return Support::no("k_cache and v_cache differ in dtype");
+  if (!(is_fp8(kv) || kv == DType::kBF16 || kv == DType::kF16))
+    return Support::no(fmt::format("KV cache {}: {} reads bf16, fp16 or fp8 caches", dtype_name(kv), who));
+  if (p.block_size % 16 != 0)
+    return Support::no(fmt::format("block_size {}: {} needs a multiple of 16", p.block_size, who));
+  if (!k_.block_sizes.empty() && !contains(k_.block_sizes, p.block_size))
+    return Support::no(fmt::format("block_size {}: {} supports KV block sizes {} only", p.block_size, who,
+                                   join(k_.block_sizes, " and ")));
+  if (!k_.head_dims.empty() && !contains(k_.head_dims, p.head_dim))
+    return Support::no(fmt::format("head_dim {}: {} supports head sizes {} only", p.head_dim, who,
+                                   join(k_.head_dims, " and ")));
+  const std::int64_t ratio = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
+  if (k_.max_gqa_ratio > 0 && ratio > k_.max_gqa_ratio)
+    return Support::no(fmt::format("GQA ratio {}: {} supports 1..{}", ratio, who, k_.max_gqa_ratio));
+  if (p.window > 0 && !k_.window) return Support::no(fmt::format("sliding window: {} has none", who));
+  if (p.has_sinks && k_.sinks == SinkPath::kNone) return Support::no(fmt::format("sinks: {} has none", who));
+  if (!p.causal && !k_.non_causal)
+    return Support::no(fmt::format("non-causal attention: {} is causal only", who));
+  if (k_.max_query_len > 0) {
+    const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
+    for (std::size_t s = 0; s + 1 < qsl.size(); ++s)
+      if (qsl[s + 1] - qsl[s] > k_.max_query_len)
+        return Support::no(fmt::format("query length {}: {} is a decode kernel (query length <= {})",
+                                       qsl[s + 1] - qsl[s], who, k_.max_query_len));
+  }
+  return Support::yes();
+}
+
+// ---- case resolution
+// --------------------------------------------------------------------------------------------
+
+Batch AttentionTwin::resolve(Case& c) const {
+  Batch b{};
+  b.p = &c.get<AttentionParams>();
+  b.q = &c.tensor("q");
+  b.k = &c.tensor("k_cache");
+  b.v = &c.tensor("v_cache");
+  b.table = &c.tensor("block_table");
+  b.o = &c.tensor("o");
+  b.lse = &c.tensor("lse");
+  b.seq_lens = load_ints(c.tensor("seq_lens"));
+  b.query_start = load_ints(c.tensor("query_start_loc"));
+  b.act = b.o->dtype();
+  b.num_seqs = static_cast<std::int64_t>(b.seq_lens.size());
+  b.hq = b.p->num_q_heads;
+  b.hkv = b.p->num_kv_heads;
+  b.d = b.p->head_dim;
+  b.bs = b.p->block_size;
+  for (std::int64_t s = 0; s < b.num_seqs; ++s)
+    b.max_query_len = std::max<std::int64_t>(b.max_query_len, b.query_start[s + 1] - b.query_start[s]);
+  if (b.p->has_sinks && bug_ != AttnBug::kSinkDropped) {
+    const Tensor& sinks = c.tensor("sinks");
+    const float fold = k_.exp == ExpImpl::kExp2Folded ? kLog2e : 1.0f;
+    for (std::int64_t h = 0; h < b.hq; ++h)
+      b.sinks.push_back(load(*sinks.storage(), sinks.index({h})) * fold);
+  }
+  return b;
+}
+
+Plan AttentionTwin::plan(const Batch& b) const {
+  const double fold = k_.exp == ExpImpl::kExp2Folded ? 1.4426950408889634 : 1.0;
+  const bool after = k_.dequant == KvDequant::kScaleAfter;
+  Plan pl{};
+  // Host-side folding in double, one cast to fp32, as the launchers pass their scalars.
+  pl.qk_mul = static_cast<float>(b.p->scale * (after ? b.p->k_scale : 1.0) * fold);
+  pl.softcap = bug_ == AttnBug::kSoftcapMissing ? 0.0f : static_cast<float>(b.p->softcap * fold);
+  pl.v_mul = static_cast<float>(after ? b.p->v_scale : 1.0);
+  pl.split = k_.split_segments > 0 && b.max_query_len <= 1 && b.num_seqs * b.hkv <= k_.split_max_seq_heads;
+  return pl;
+}
+
+// ---- KV gather
+// ----------------------------------------------------------------------------------------------------
+
+std::int64_t AttentionTwin::slot_index(const Batch& b, const Tensor& cache, std::int64_t s, std::int64_t t,
+                                       std::int64_t g) const {
+  const Tensor& tb = *b.table;
+  std::int64_t page =
+      load_i32(*tb.storage(), tb.offset() + s * tb.strides()[0] + (t / b.bs) * tb.strides()[1]);
+  std::int64_t slot = t % b.bs;
+  if (bug_ == AttnBug::kPageConversion && b.bs >= 64) {
+    // Pages of bs tokens taken for kernel blocks of 16: the page id addresses a 16-token block directly.
+    const std::int64_t flat = page * kKernelBlock + t % kKernelBlock;
+    page = flat / b.bs;
+    slot = flat % b.bs;
+  }
+  const Shape& st = cache.strides();
+  return cache.offset() + page * st[0] + slot * st[1] + g * st[2];
+}
+
+DType misread_fp8(DType t) {
+  if (t == DType::kF8E4M3FN) return DType::kF8E4M3FNUZ;
+  if (t == DType::kF8E4M3FNUZ) return DType::kF8E4M3FN;
+  return t;
+}
+
+void AttentionTwin::gather_one(const Batch& b, const Tensor& cache, double scale, std::int64_t s,
+                               std::int64_t g, std::vector<float>& out, std::int64_t rows) const {
+  const DType as = bug_ == AttnBug::kFp8FnFnuzSwapped ? misread_fp8(cache.dtype()) : cache.dtype();
+  out.resize(static_cast<std::size_t>(rows * b.d));
+  const bool rounded = k_.dequant == KvDequant::kRoundedToAct;
+  const float sc = static_cast<float>(scale);
+  for (std::int64_t t = 0; t < rows; ++t) {
+    float* dst = out.data() + t * b.d;
+    load_run_as(*cache.storage(), as, slot_index(b, cache, s, t, g), cache.strides()[3], b.d, dst);
+    if (rounded)
+      for (std::int64_t i = 0; i < b.d; ++i) dst[i] = round_act(b.act, dst[i] * sc);
+  }
+}
+
+void AttentionTwin::gather(const Batch& b, std::int64_t s, std::int64_t g, Panel& panel) const {
+  panel.valid = b.seq_lens[static_cast<std::size_t>(s)];
+  // The masked-P-times-V mutant reads the rest of the last page, where the case keeps its poison.
+  panel.rows = bug_ == AttnBug::kMaskedPTimesV ? (panel.valid + b.bs - 1) / b.bs * b.bs : panel.valid;
+  gather_one(b, *b.k, b.p->k_scale, s, g, panel.k, panel.rows);
+  gather_one(b, *b.v, b.p->v_scale, s, g, panel.v, panel.rows);
+}
+
+// ---- one query row
+// ------------------------------------------------------------------------------------------------
+
+Row AttentionTwin::make_row(const Batch& b, const float* q, const Panel& panel, std::int64_t s,
+                            std::int64_t j) const {
+  const std::int64_t len = panel.valid;
+  const std::int64_t qlen = b.query_start[s + 1] - b.query_start[s];
+  const std::int64_t pos = len - qlen + j;  // causal alignment at the end
+  std::int64_t hi = b.p->causal ? pos + (bug_ == AttnBug::kCausalOffByOne ? 1 : 0) : len - 1;
+  std::int64_t lo = b.p->window > 0 ? pos - b.p->window + (bug_ == AttnBug::kWindowOffByOne ? 0 : 1) : 0;
+  return {q, &panel, std::max<std::int64_t>(lo, 0), std::min(hi, len - 1), qlen == 1};
+}
+
+float AttentionTwin::logit(const Batch& b, const Plan& pl, const Row& r, std::int64_t t) const {
+  const float* kt = r.panel->k.data() + t * b.d;
+  float dot = 0.0f;
+  for (std::int64_t i = 0; i < b.d; ++i) dot += r.q[i] * kt[i];
+  const float s = pl.qk_mul * dot;
+  return pl.softcap > 0.0f ? pl.softcap * std::tanh(s / pl.softcap) : s;
+}
+
+// Online softmax over the tiles of [begin, end) that hold visible keys. Tiles are aligned to `tile` from
+// begin, so they may straddle pages; tiles with no visible key are skipped (they leave the state unchanged).
+void AttentionTwin::run_tiles(const Batch& b, const Plan& pl, const Row& r, std::int64_t tile,
+                              std::int64_t begin, std::int64_t end, State& st,
+                              std::vector<float>& scores) const {
+  const std::int64_t first = std::max(begin, r.lo), last = std::min(end - 1, r.hi);
+  const std::int64_t garbage_end = end >= r.panel->valid ? r.panel->rows : end;
+  scores.resize(static_cast<std::size_t>(tile));
+  for (std::int64_t t0 = begin + (first - begin) / tile * tile; t0 <= last; t0 += tile) {
+    const std::int64_t t1 = std::min(t0 + tile, end);
+    float m = st.m;
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const float s = t >= first && t <= last ? logit(b, pl, r, t) : kNegInf;
+      scores[static_cast<std::size_t>(t - t0)] = s;
+      m = std::max(m, s);
+    }
+    // Triton clamps a -inf max to 0 so that exp(-inf - m) stays 0; the mutant never subtracts a max at all.
+    if (m == kNegInf || bug_ == AttnBug::kNoMaxSubtraction) m = 0.0f;
+    const float alpha = exp_of(k_.exp, st.m - m);
+    for (float& a : st.acc) a *= alpha;
+    float tile_sum = 0.0f;
+    const std::int64_t pv_end = bug_ == AttnBug::kMaskedPTimesV ? std::min(t0 + tile, garbage_end) : t1;
+    for (std::int64_t t = t0; t < pv_end; ++t) {
+      const bool masked = t >= t1 || scores[static_cast<std::size_t>(t - t0)] == kNegInf;
+      if (masked && bug_ != AttnBug::kMaskedPTimesV) continue;  // select: V outside the mask never enters
+      const float p = masked ? 0.0f : exp_of(k_.exp, scores[static_cast<std::size_t>(t - t0)] - m);
+      tile_sum += p;
+      const float pv = k_.p_rounded ? round_act(b.act, p) : p;
+      const float* vt = r.panel->v.data() + t * b.d;
+      for (std::int64_t i = 0; i < b.d; ++i) st.acc[static_cast<std::size_t>(i)] += pv * vt[i];
+    }
+    st.l = st.l * alpha + tile_sum;
+    st.m = m;
+  }
+}
+
+State fresh_state(std::int64_t d, float m) {
+  State st;
+  st.m = m;
+  st.acc.assign(static_cast<std::size_t>(d), 0.0f);
+  return st;
+}
+
+// Triton / aiter unified: one pass (2D), or for small decode batches 16 segments (3D) whose fp32 partial
+// states are merged by max-rescaled sums. The sink is the initial max of the first segment, with L = 1.0.
+float AttentionTwin::tiled_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h,
+                               float* out) const {
+  const float sink = b.sinks.empty() ? kNegInf : b.sinks[static_cast<std::size_t>(h)];
+  const std::int64_t len = r.panel->valid;
+  const std::int64_t tile = pl.split ? k_.tile_decode : k_.tile_prefill;
+  const std::int64_t per_seg = k_.split_segments * tile;  // segments hold whole tiles
+  const std::int64_t seg_len = pl.split ? (len + per_seg - 1) / per_seg * tile : len;
+  std::vector<State> segs;
+  std::vector<float> scores;
+  for (std::int64_t begin = 0; begin < len; begin += seg_len) {
+    segs.push_back(fresh_state(b.d, segs.empty() ? sink : kNegInf));
+    run_tiles(b, pl, r, tile, begin, std::min(begin + seg_len, len), segs.back(), scores);
+  }
+  float m = kNegInf;
+  for (const State& s : segs) m = std::max(m, s.m);
+  float l = 0.0f;
+  std::fill(out, out + b.d, 0.0f);
+  for (const State& s : segs) {
+    const float w = segs.size() > 1 && bug_ == AttnBug::kUnscaledSplitMerge ? 1.0f : exp_of(k_.exp, s.m - m);
+    l += s.l * w;
+    for (std::int64_t i = 0; i < b.d; ++i) out[i] += s.acc[static_cast<std::size_t>(i)] * w;
+  }
+  for (std::int64_t i = 0; i < b.d; ++i) out[i] = out[i] / l * pl.v_mul;
+  return natural_lse(k_.exp, m, l);
+}
+
+// ROCM_AITER_FA: decode rows in partitions, each a normalised fp32 output with its LSE; prefill rows in one
+// pass; the sink joins as one more partial state (lse = sink, output 0); all merged by LSE.
+float AttentionTwin::lse_merged_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h,
+                                    float* out) const {
+  const std::int64_t len = r.panel->valid;
+  const std::int64_t part = r.decode ? k_.partition : len;
+  const std::int64_t tile = r.decode ? k_.tile_decode : k_.tile_prefill;
+  std::vector<float> lses, outs, scores;
+  for (std::int64_t begin = 0; begin < len; begin += part) {
+    State st = fresh_state(b.d, kNegInf);
+    run_tiles(b, pl, r, tile, begin, std::min(begin + part, len), st, scores);
+    lses.push_back(st.m == kNegInf ? kNegInf : st.m + log_of(k_.exp, st.l));
+    for (float a : st.acc) outs.push_back(st.m == kNegInf ? 0.0f : a / st.l);
+  }
+  if (!b.sinks.empty()) {
+    lses.push_back(b.sinks[static_cast<std::size_t>(h)]);
+    outs.insert(outs.end(), static_cast<std::size_t>(b.d), 0.0f);
+  }
+  const float mx = *std::max_element(lses.begin(), lses.end());
+  float sum = 0.0f;
+  for (float x : lses) sum += exp_of(k_.exp, x - mx);
+  const float lse = mx + log_of(k_.exp, sum);
+  std::fill(out, out + b.d, 0.0f);
+  for (std::size_t i = 0; i < lses.size(); ++i) {
+    const float w = exp_of(k_.exp, lses[i] - lse);
+    for (std::int64_t e = 0; e < b.d; ++e)
+      out[e] += outs[i * static_cast<std::size_t>(b.d) + static_cast<std::size_t>(e)] * w;
+  }
+  for (std::int64_t e = 0; e < b.d; ++e) out[e] *= pl.v_mul;
+  return k_.exp == ExpImpl::kExp2Folded ? lse * kLn2 : lse;
+}
+
+// ROCM_ATTN custom kernel: per 256-token partition, max, exp, P normalised by (sum + 1e-6) and rounded,
+// partition output rounded to the activation dtype after v_scale; partitions merged in fp32 by (global_sum +
+// 1e-6). A single partition is written directly.
+float AttentionTwin::normalized_partitions_row(const Batch& b, const Plan& pl, const Row& r,
+                                               float* out) const {
+  const std::int64_t len = r.panel->valid;
+  std::vector<float> maxes, sums, outs, scores(static_cast<std::size_t>(k_.partition)),
+      acc(static_cast<std::size_t>(b.d));
+  for (std::int64_t begin = 0; begin < len; begin += k_.partition) {
+    const std::int64_t end = std::min(begin + k_.partition, len);
+    float m = kMaskedLogit;
+    for (std::int64_t t = begin; t < end; ++t) {
+      const float s = t >= r.lo && t <= r.hi ? logit(b, pl, r, t) : kMaskedLogit;
+      scores[static_cast<std::size_t>(t - begin)] = s;
+      m = std::max(m, s);
+    }
+    if (bug_ == AttnBug::kNoMaxSubtraction) m = 0.0f;
+    float sum = 0.0f;
+    for (std::int64_t t = begin; t < end; ++t) {
+      float& s = scores[static_cast<std::size_t>(t - begin)];
+      s = exp_of(k_.exp, s - m);
+      sum += s;
+    }
+    const float inv = 1.0f / (sum + kSumBias);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (std::int64_t t = std::max(begin, r.lo); t <= std::min(end - 1, r.hi); ++t) {
+      const float p = round_act(b.act, scores[static_cast<std::size_t>(t - begin)] * inv);
+      const float* vt = r.panel->v.data() + t * b.d;
+      for (std::int64_t i = 0; i < b.d; ++i) acc[static_cast<std::size_t>(i)] += p * vt[i];
+    }
+    maxes.push_back(m);
+    sums.push_back(sum);
+    for (float a : acc) outs.push_back(round_act(b.act, a * pl.v_mul));
+  }
+  const float gm = *std::max_element(maxes.begin(), maxes.end());
+  float gs = 0.0f;
+  for (std::size_t i = 0; i < maxes.size(); ++i) {
+    sums[i] *= exp_of(k_.exp, maxes[i] - gm);
+    gs += sums[i];
+  }
+  const float inv = 1.0f / (gs + kSumBias);
+  for (std::int64_t e = 0; e < b.d; ++e) {
+    float o = 0.0f;
+    for (std::size_t i = 0; i < maxes.size(); ++i)
+      o += outs[i * static_cast<std::size_t>(b.d) + static_cast<std::size_t>(e)] *
+           (maxes.size() == 1 ? 1.0f : sums[i] * inv);
+    out[e] = o;
+  }
+  return gm + std::log(gs);
+}
+
+float AttentionTwin::compute_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h,
+                                 float* out) const {
+  switch (k_.schedule) {
+    case AttnSchedule::kTiled:
+      return tiled_row(b, pl, r, h, out);
+    case AttnSchedule::kPartitionLse:
+      return lse_merged_row(b, pl, r, h, out);
+    case AttnSchedule::kPartitionNormalized:
+      return normalized_partitions_row(b, pl, r, out);
+  }
+  return 0.0f;
+}
+
+void AttentionTwin::run(Case& c) const {
+  const Batch b = resolve(c);
+  const Plan pl = plan(b);
+  Panel panel;
+  std::vector<float> q(static_cast<std::size_t>(b.d)), out(q.size());
+  const Shape& qs = b.q->strides();
+  const Shape& os = b.o->strides();
+  for (std::int64_t s = 0; s < b.num_seqs; ++s) {
+    const std::int64_t q0 = b.query_start[s], qlen = b.query_start[s + 1] - q0;
+    if (qlen == 0) continue;
+    for (std::int64_t g = 0; g < b.hkv; ++g) {
+      gather(b, s, g, panel);
+      for (std::int64_t h = 0; h < b.hq; ++h) {
+        if (kv_head(b, h) != g) continue;
+        for (std::int64_t j = 0; j < qlen; ++j) {
+          const std::int64_t tok = q0 + j;
+          load_run(*b.q->storage(), b.q->offset() + tok * qs[0] + h * qs[1], qs[2], b.d, q.data());
+          const float lse = compute_row(b, pl, make_row(b, q.data(), panel, s, j), h, out.data());
+          const std::int64_t base = b.o->offset() + tok * os[0] + h * os[1];
+          for (std::int64_t i = 0; i < b.d; ++i)
+            store(*b.o->storage(), base + i * os[2], out[static_cast<std::size_t>(i)]);
+          store(*b.lse->storage(), b.lse->index({tok, h}), lse);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_attention_backend(TwinInfo info, AttnKernel kernel, AttnBug bug) {
+  info.op = OpKind::kAttention;
+  return std::make_unique<AttentionTwin>(std::move(info), std::move(kernel), bug);
+}
+
+}  // namespace driftcheck::twin

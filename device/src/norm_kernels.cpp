@@ -1,0 +1,269 @@
+// The shared RMSNorm / dual-norm / concat twin implementations. Twins and mutants differ only in the
+// NormKernel and NormBug they are built with (twin_norm.hpp).
+#include <fmt/format.h>
+
+#include <numeric>
+
+#include "twin_norm.hpp"
+
+namespace driftcheck::twin {
+
+namespace {
+
+// vllm#48271: the csrc launcher picks the block size from the token count; the real threshold is 256 tokens.
+// The mutant uses 8 so that the small batches of a campaign straddle it (same bug class, findable).
+constexpr std::int64_t kBatchVariantTokens = 8;
+constexpr int kBatchVariantSmallBlock = 256;
+
+// What one row normalisation needs, resolved once per case.
+struct RowNorm {
+  const NormKernel* kernel;
+  NormBug bug;
+  DType act;
+  float eps;
+  bool one_plus;
+  ReduceOrder order;  // with the case's thread count and vector width
+};
+
+bool aligned16(const Tensor& t, std::int64_t elems) {
+  return t.offset() % elems == 0 && (t.dim() < 2 || t.strides()[0] % elems == 0) && t.strides().back() == 1;
+}
+
+ReduceOrder resolve_order(const NormKernel& k, NormBug bug, std::int64_t rows, std::int64_t h,
+                          std::initializer_list<const Tensor*> operands) {
+  ReduceOrder o = k.order;
+  if (bug == NormBug::kBatchVariantBlock && rows >= kBatchVariantTokens) o.threads = kBatchVariantSmallBlock;
+  const std::int64_t per16 = 16 / dtype_size((*operands.begin())->dtype());
+  if (k.vec == VecWidth::kGcd16Bytes) o.vec = static_cast<int>(std::gcd(per16, h));
+  if (k.vec == VecWidth::kIfAligned16Bytes) {
+    bool ok = h % per16 == 0;
+    for (const Tensor* t : operands) ok = ok && aligned16(*t, per16);
+    o.vec = ok ? static_cast<int>(per16) : 1;
+  }
+  if (o.threads > 1) o.threads = static_cast<int>(std::min<std::int64_t>(o.threads, h));
+  return o;
+}
+
+float inverse_rms(const RowNorm& rn, const float* z, std::int64_t h) {
+  const DType acc = rn.bug == NormBug::kActAccumulation ? rn.act : DType::kF32;
+  const float mean_square = sum_squares(z, h, rn.order, acc) / static_cast<float>(h);
+  if (rn.bug == NormBug::kEpsOutsideRsqrt) return 1.0f / std::sqrt(mean_square) + rn.eps;
+  return 1.0f / std::sqrt(mean_square + rn.eps);
+}
+
+// y = rmsnorm(z) * weight, rounded where the kernel rounds. `w` holds the weights as stored.
+void normalize_row(const RowNorm& rn, const float* z, const float* w, std::int64_t h, float* y) {
+  const float s = inverse_rms(rn, z, h);
+  const bool fp32_weight =
+      rn.kernel->rounding == NormRounding::kFp32Weight || (rn.one_plus && rn.kernel->one_plus_rounds_once);
+  for (std::int64_t i = 0; i < h; ++i) {
+    const float wi = rn.one_plus ? 1.0f + w[i] : w[i];
+    y[i] =
+        fp32_weight ? round_act(rn.act, z[i] * s * wi) : round_act(rn.act, round_act(rn.act, z[i] * s) * wi);
+  }
+}
+
+void store_row(Storage& s, RowView row, const float* v, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) store(s, row.start + i * row.step, v[i]);
+}
+
+// The out-of-bounds mutant writes the row's last value once more, one element past the row, where the storage
+// has room (a real kernel would corrupt the neighbour or fault; here the guard bands see it).
+void store_row_checked(Storage& s, RowView row, const float* v, std::int64_t n, NormBug bug) {
+  store_row(s, row, v, n);
+  const std::int64_t past = row.start + n * row.step;
+  if (bug == NormBug::kOobWrite && n > 0 && past < s.numel()) store(s, past, v[n - 1]);
+}
+
+Support same_dtype(const Case& c, const Tensor& ref, std::initializer_list<std::string_view> names) {
+  for (std::string_view n : names) {
+    if (!c.has(n)) continue;
+    if (c.tensor(n).dtype() != ref.dtype())
+      return Support::no(fmt::format("{} is {} but the output is {}: the kernel reads and writes one dtype",
+                                     n, dtype_name(c.tensor(n).dtype()), dtype_name(ref.dtype())));
+  }
+  return Support::yes();
+}
+
+class RmsNormTwin final : public TwinBackend {
+ public:
+  RmsNormTwin(TwinInfo info, NormKernel kernel, NormBug bug)
+      : TwinBackend(std::move(info)), kernel_(kernel), bug_(bug) {}
+
+  Support supports(const Case& c) const override {
+    const auto& p = c.get<RmsNormParams>();
+    if (p.residual && kernel_.residual == ResidualPath::kNone)
+      return Support::no(
+          "fused residual add: this kernel has none (fused_add_rms_norm is cpu.rmsnorm.fused_add)");
+    if (!p.residual && kernel_.residual_required)
+      return Support::no(
+          "no residual: fused_add_rms_norm always adds one (plain rms_norm is cpu.rmsnorm.cuda)");
+    Support s = check_act_dtype(c.tensor("y"), "y");
+    return s.ok ? same_dtype(c, c.tensor("y"), {"x", "w", "residual"}) : s;
+  }
+
+  void run(Case& c) const override {
+    const auto& p = c.get<RmsNormParams>();
+    const Tensor& x = c.tensor("x");
+    const Tensor& w = c.tensor("w");
+    Tensor& y = c.tensor("y");
+    Tensor* res = p.residual ? &c.tensor("residual") : nullptr;
+    const std::int64_t n = x.size(0), h = x.size(1);
+    const RowNorm rn{&kernel_,
+                     bug_,
+                     y.dtype(),
+                     static_cast<float>(p.eps),
+                     p.weight_mode == WeightMode::kOnePlus,
+                     res ? resolve_order(kernel_, bug_, n, h, {&x, &w, res, &y})
+                         : resolve_order(kernel_, bug_, n, h, {&x, &w, &y})};
+    std::vector<float> wv(static_cast<std::size_t>(h)), z(wv.size()), r(wv.size()), out(wv.size());
+    load_run(*w.storage(), w.offset(), w.strides()[0], h, wv.data());
+    for (std::int64_t row = 0; row < n; ++row) {
+      RowView xr = row_view(x, row);
+      if (bug_ == NormBug::kRowStrideIgnored) xr.start = x.offset() + row * h * xr.step;
+      load_run(*x.storage(), xr.start, xr.step, h, z.data());
+      if (res) add_residual(*res, row, z.data(), r.data(), h, rn.act);
+      normalize_row(rn, z.data(), wv.data(), h, out.data());
+      if (res && bug_ == NormBug::kResidualReread)
+        reread_residual(*res, row, x, z.data(), out.data(), rn, wv.data());
+      store_row_checked(*y.storage(), row_view(y, row), out.data(), h, bug_);
+    }
+  }
+
+ private:
+  // z <- x + r as the kernel forms it, and the residual updated in place.
+  void add_residual(Tensor& res, std::int64_t row, float* z, float* r, std::int64_t h, DType act) const {
+    const RowView rr = row_view(res, row);
+    load_run(*res.storage(), rr.start, rr.step, h, r);
+    for (std::int64_t i = 0; i < h; ++i) {
+      z[i] += r[i];
+      if (kernel_.residual == ResidualPath::kRounded) z[i] = round_act(act, z[i]);
+      r[i] = round_act(act, z[i]);
+    }
+    store_row(*res.storage(), rr, r, h);
+  }
+
+  // The in-place read-after-write hazard: the second pass forms x + residual again, but the residual already
+  // holds z, so it normalises act(x + z) with the scale computed from z.
+  void reread_residual(const Tensor& res, std::int64_t row, const Tensor& x, const float* z, float* out,
+                       const RowNorm& rn, const float* w) const {
+    const std::int64_t h = x.size(1);
+    std::vector<float> xr(static_cast<std::size_t>(h)), again(xr.size());
+    const RowView xv = row_view(x, row), rv = row_view(res, row);
+    load_run(*x.storage(), xv.start, xv.step, h, xr.data());
+    load_run(*res.storage(), rv.start, rv.step, h, again.data());
+    const float s = inverse_rms(rn, z, h);
+    for (std::int64_t i = 0; i < h; ++i) {
+      const float zi = round_act(rn.act, xr[i] + again[i]);
+      const float wi = rn.one_plus ? 1.0f + w[i] : w[i];
+      out[i] = round_act(rn.act, round_act(rn.act, zi * s) * wi);
+    }
+  }
+
+  NormKernel kernel_;
+  NormBug bug_;
+};
+
+class DualTwin final : public TwinBackend {
+ public:
+  DualTwin(TwinInfo info, NormKernel kernel, NormBug bug)
+      : TwinBackend(std::move(info)), kernel_(kernel), bug_(bug) {}
+
+  Support supports(const Case& c) const override {
+    Support s = check_act_dtype(c.tensor("out"), "out");
+    return s.ok ? same_dtype(c, c.tensor("out"), {"e", "h", "w_e", "w_h"}) : s;
+  }
+
+  // Both halves of a row are normalised independently (grid (rows, 2) in the fused kernel; two launches in
+  // the unfused chain, whose concat copy is exact and so writes the same bits).
+  void run(Case& c) const override {
+    const auto& p = c.get<DualRmsNormCatParams>();
+    Tensor& out = c.tensor("out");
+    const std::int64_t n = out.size(0), h = c.tensor("e").size(1);
+    const RowNorm rn{&kernel_,
+                     bug_,
+                     out.dtype(),
+                     static_cast<float>(p.eps),
+                     p.weight_mode == WeightMode::kOnePlus,
+                     resolve_order(kernel_, bug_, n, h, {&c.tensor("e"), &c.tensor("h"), &out})};
+    std::vector<float> z(static_cast<std::size_t>(h)), w(z.size()), y(z.size());
+    const bool swapped = bug_ == NormBug::kHalvesSwapped;
+    for (int half = 0; half < 2; ++half) {
+      const Tensor& in = c.tensor(half == 0 ? "e" : "h");
+      const Tensor& wt = c.tensor(half == 0 ? "w_e" : "w_h");
+      load_run(*wt.storage(), wt.offset(), wt.strides()[0], h, w.data());
+      const std::int64_t column = (half == 0) != swapped ? 0 : h;
+      for (std::int64_t row = 0; row < n; ++row) {
+        const RowView xr = row_view(in, row);
+        load_run(*in.storage(), xr.start, xr.step, h, z.data());
+        normalize_row(rn, z.data(), w.data(), h, y.data());
+        RowView orow = row_view(out, row);
+        orow.start += column * orow.step;
+        store_row(*out.storage(), orow, y.data(), h);
+      }
+    }
+  }
+
+ private:
+  NormKernel kernel_;
+  NormBug bug_;
+};
+
+void copy_elements(const Tensor& src, std::int64_t row, Tensor& dst, std::int64_t column) {
+  const std::int64_t width = src.size(1), size = dtype_size(src.dtype());
+  const RowView s = row_view(src, row);
+  RowView d = row_view(dst, row);
+  d.start += column * d.step;
+  const std::byte* from = src.storage()->bytes.data();
+  std::byte* to = dst.storage()->bytes.data();
+  for (std::int64_t i = 0; i < width; ++i)
+    std::memcpy(to + (d.start + i * d.step) * size, from + (s.start + i * s.step) * size,
+                static_cast<std::size_t>(size));
+}
+
+class ConcatTwin final : public TwinBackend {
+ public:
+  ConcatTwin(TwinInfo info, NormBug bug) : TwinBackend(std::move(info)), bug_(bug) {}
+
+  Support supports(const Case& c) const override {
+    const DType t = c.tensor("out").dtype();
+    if (c.tensor("a").dtype() != t || c.tensor("b").dtype() != t)
+      return Support::no(
+          "a, b and out must share one dtype: the copy kernel moves bytes, it does not convert");
+    return Support::yes();
+  }
+
+  // A byte copy: bit-exact for every dtype, NaN payloads included.
+  void run(Case& c) const override {
+    const Tensor& a = c.tensor("a");
+    const Tensor& b = c.tensor("b");
+    Tensor& out = c.tensor("out");
+    const bool swapped = bug_ == NormBug::kHalvesSwapped;
+    for (std::int64_t row = 0; row < out.size(0); ++row) {
+      copy_elements(swapped ? b : a, row, out, 0);
+      copy_elements(swapped ? a : b, row, out, swapped ? b.size(1) : a.size(1));
+    }
+  }
+
+ private:
+  NormBug bug_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_rmsnorm_backend(TwinInfo info, NormKernel kernel, NormBug bug) {
+  info.op = OpKind::kRmsNorm;
+  return std::make_unique<RmsNormTwin>(std::move(info), kernel, bug);
+}
+
+std::unique_ptr<Backend> make_dual_backend(TwinInfo info, NormKernel kernel, NormBug bug) {
+  info.op = OpKind::kDualRmsNormCat;
+  return std::make_unique<DualTwin>(std::move(info), kernel, bug);
+}
+
+std::unique_ptr<Backend> make_concat_backend(TwinInfo info, NormBug bug) {
+  info.op = OpKind::kConcat;
+  return std::make_unique<ConcatTwin>(std::move(info), bug);
+}
+
+}  // namespace driftcheck::twin

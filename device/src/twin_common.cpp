@@ -1,0 +1,120 @@
+#include "twin_common.hpp"
+
+#include <fmt/format.h>
+
+namespace driftcheck::twin {
+
+namespace {
+
+template <std::size_t N>
+std::array<float, N> decode_table(DType t) {
+  std::array<float, N> table{};
+  const FloatFormat& f = *float_format(t);
+  for (std::size_t code = 0; code < N; ++code)
+    table[code] = static_cast<float>(decode(f, static_cast<std::uint32_t>(code)));
+  return table;
+}
+
+}  // namespace
+
+const std::array<float, 65536>& f16_table() {
+  static const auto table = decode_table<65536>(DType::kF16);
+  return table;
+}
+
+const std::array<float, 256>& fp8_table(DType t) {
+  static const auto e4m3fn = decode_table<256>(DType::kF8E4M3FN);
+  static const auto e4m3fnuz = decode_table<256>(DType::kF8E4M3FNUZ);
+  static const auto e5m2 = decode_table<256>(DType::kF8E5M2);
+  switch (t) {
+    case DType::kF8E4M3FN:
+      return e4m3fn;
+    case DType::kF8E4M3FNUZ:
+      return e4m3fnuz;
+    case DType::kF8E5M2:
+      return e5m2;
+    default:
+      throw BackendError(fmt::format("fp8_table: {} is not an fp8 dtype", dtype_name(t)));
+  }
+}
+
+void load_run_as(const Storage& s, DType as, std::int64_t first, std::int64_t stride, std::int64_t n,
+                 float* out) {
+  const std::byte* p = s.bytes.data();
+  switch (as) {
+    case DType::kBF16:
+      for (std::int64_t k = 0; k < n; ++k) {
+        std::uint16_t b;
+        std::memcpy(&b, p + 2 * (first + k * stride), 2);
+        out[k] = bf16_value(b);
+      }
+      return;
+    case DType::kF16: {
+      const auto& table = f16_table();
+      for (std::int64_t k = 0; k < n; ++k) {
+        std::uint16_t b;
+        std::memcpy(&b, p + 2 * (first + k * stride), 2);
+        out[k] = table[b];
+      }
+      return;
+    }
+    case DType::kF8E4M3FN:
+    case DType::kF8E4M3FNUZ:
+    case DType::kF8E5M2: {
+      const auto& table = fp8_table(as);
+      for (std::int64_t k = 0; k < n; ++k) out[k] = table[static_cast<std::uint8_t>(p[first + k * stride])];
+      return;
+    }
+    default:
+      for (std::int64_t k = 0; k < n; ++k) out[k] = load(s, first + k * stride);
+  }
+}
+
+namespace {
+
+float accumulate_in(DType t, float x) {
+  return t == DType::kF32 ? x : round_act(t, x);
+}
+
+}  // namespace
+
+float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DType accumulate) {
+  const int threads = std::max(order.threads, 1);
+  std::vector<float> partial(static_cast<std::size_t>(threads), 0.0f);
+  const std::int64_t vec = std::max(order.vec, 1);
+  for (std::int64_t i = 0; i < n; ++i) {
+    float& acc = partial[static_cast<std::size_t>((i / vec) % threads)];
+    acc = accumulate_in(accumulate, acc + x[i] * x[i]);
+  }
+  const int warp = std::min(std::max(order.warp, 1), threads);
+  float total = 0.0f;
+  for (int w0 = 0; w0 < threads; w0 += warp) {
+    const int lanes = std::min(warp, threads - w0);
+    for (int offset = std::bit_floor(static_cast<unsigned>(warp)) / 2; offset >= 1; offset /= 2) {
+      for (int lane = 0; lane + offset < lanes; ++lane) {
+        float& a = partial[static_cast<std::size_t>(w0 + lane)];
+        a = accumulate_in(accumulate, a + partial[static_cast<std::size_t>(w0 + lane + offset)]);
+      }
+    }
+    total = accumulate_in(accumulate, total + partial[static_cast<std::size_t>(w0)]);
+  }
+  return total;
+}
+
+Support check_act_dtype(const Tensor& t, std::string_view what) {
+  if (t.dtype() == DType::kBF16 || t.dtype() == DType::kF16) return Support::yes();
+  return Support::no(fmt::format("{} is {}: the modelled kernel is instantiated for bf16 and fp16 only", what,
+                                 dtype_name(t.dtype())));
+}
+
+TwinInfo mutant_info(const TwinInfo& twin, std::string name, std::string description, std::string bug_class) {
+  TwinInfo m = twin;
+  m.name = std::move(name);
+  m.description = std::move(description);
+  m.kind = BackendKind::kMutant;
+  m.mutates = twin.name;
+  m.bug_class = std::move(bug_class);
+  return m;
+}
+
+}  // namespace driftcheck::twin

@@ -1,0 +1,191 @@
+// Private building blocks shared by every CPU twin and mutant: fast element access to a case's storages in
+// fp32, roundings to the activation dtype, the fixed-order fp32 block reduction GPU kernels use, and the
+// generic Backend implementation that carries a twin's identity (name, description, numerics, mutated twin,
+// bug class).
+//
+// Twins run thousands of cases per second in campaigns, so element access is storage index arithmetic plus
+// one dtype switch per run of elements, never Tensor::at() or a virtual call per element.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "driftcheck/device/backend.hpp"
+
+namespace driftcheck::twin {
+
+// ---- formats in fp32
+// -------------------------------------------------------------------------------------------
+
+// fp32 -> fp16 encoding, round to nearest even, overflow to +-inf, every NaN to the canonical 0x7e00. Agrees
+// with encode(kFormatF16, x) for every float (tests/backends_test.cpp checks a sweep).
+inline std::uint16_t f16_bits(float x) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  const std::uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0x7e00u;
+  if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520 rounds past 65504
+  if (a <
+      0x38800000u) {  // below 2^-14: fp16 subnormals have the fixed quantum 2^-24, and 2^24 scaling is exact
+    const float q = std::nearbyint(std::bit_cast<float>(a) * 0x1p24f);
+    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(q));
+  }
+  const std::uint32_t r = a + 0xfffu + ((a >> 13) & 1u);                // RNE on the 13 dropped mantissa bits
+  return static_cast<std::uint16_t>(sign | ((r - 0x38000000u) >> 13));  // rebias 127 -> 15
+}
+
+// Value of every 16-bit fp16 code and every fp8 code as floats (exact), built once from driftcheck::decode.
+const std::array<float, 65536>& f16_table();
+const std::array<float, 256>& fp8_table(DType t);
+
+inline float f16_value(std::uint16_t bits) {
+  return f16_table()[bits];
+}
+inline float bf16_value(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+
+// Rounds an fp32 value to the activation dtype (bf16 or fp16) and back: one rounding, RNE.
+inline float round_act(DType act, float x) {
+  return act == DType::kBF16 ? round_bf16(x) : f16_value(f16_bits(x));
+}
+
+// ---- storage access
+// ---------------------------------------------------------------------------------------------
+
+// Element i of a storage as fp32 (exact for every dtype twins read: fp8, fp16, bf16, fp32; int32 values <
+// 2^24).
+inline float load(const Storage& s, std::int64_t i) {
+  const std::byte* p = s.bytes.data();
+  switch (s.dtype) {
+    case DType::kBF16: {
+      std::uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      return bf16_value(b);
+    }
+    case DType::kF16: {
+      std::uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      return f16_value(b);
+    }
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+    case DType::kI32: {
+      std::int32_t v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return static_cast<float>(v);
+    }
+    case DType::kF64: {
+      double d;
+      std::memcpy(&d, p + 8 * i, 8);
+      return static_cast<float>(d);
+    }
+    default:
+      return fp8_table(s.dtype)[static_cast<std::uint8_t>(p[i])];
+  }
+}
+
+inline std::int32_t load_i32(const Storage& s, std::int64_t i) {
+  std::int32_t v;
+  std::memcpy(&v, s.bytes.data() + 4 * i, 4);
+  return v;
+}
+
+// n elements first, first + stride, ... as fp32, with one dtype dispatch for the run. load_run_as decodes the
+// bytes as dtype `as` (same element size) instead of the storage's own: how a kernel that misreads fp8 bytes
+// sees them.
+void load_run_as(const Storage& s, DType as, std::int64_t first, std::int64_t stride, std::int64_t n,
+                 float* out);
+inline void load_run(const Storage& s, std::int64_t first, std::int64_t stride, std::int64_t n, float* out) {
+  load_run_as(s, s.dtype, first, stride, n, out);
+}
+
+// Stores x rounded once to the storage's dtype (bf16, fp16 or fp32).
+inline void store(Storage& s, std::int64_t i, float x) {
+  std::byte* p = s.bytes.data();
+  if (s.dtype == DType::kF32) {
+    std::memcpy(p + 4 * i, &x, 4);
+    return;
+  }
+  const std::uint16_t b = s.dtype == DType::kBF16
+                              ? static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(round_bf16(x)) >> 16)
+                              : f16_bits(x);
+  std::memcpy(p + 2 * i, &b, 2);
+}
+
+// Row r of a 2-D tensor: storage index of its first element and the element stride along the row.
+struct RowView {
+  std::int64_t start;
+  std::int64_t step;
+};
+inline RowView row_view(const Tensor& t, std::int64_t r) {
+  return {t.offset() + r * t.strides()[0], t.strides()[1]};
+}
+
+// ---- reductions
+// -------------------------------------------------------------------------------------------------
+
+// The order of a CUDA/HIP block reduction: `threads` threads each accumulate, sequentially, the chunks of
+// `vec` consecutive elements they own (chunk c belongs to thread c % threads); then each warp of `warp` lanes
+// combines its partials with a shuffle-down tree (lane i += lane i + offset, offsets warp/2 .. 1), and the
+// warp totals are added in warp order (cub's warp-reductions algorithm). threads == 1 is a plain sequential
+// loop.
+struct ReduceOrder {
+  int threads = 1;
+  int vec = 1;
+  int warp = 32;
+};
+
+// Sum of squares of x[0..n) in fp32 in the given order. When `accumulate` is bf16 or fp16 every partial sum
+// is rounded to it (a reduction in the activation dtype: only mutants do that).
+float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DType accumulate = DType::kF32);
+
+// ---- backend identity
+// -------------------------------------------------------------------------------------------
+
+struct TwinInfo {
+  std::string name;
+  std::string description;
+  BackendKind kind = BackendKind::kCpu;
+  OpKind op = OpKind::kRmsNorm;
+  Numerics numerics;
+  std::string supports_summary;
+  std::string mutates;    // mutants: the twin this one breaks
+  std::string bug_class;  // mutants: the bug and its source
+};
+
+// Backend members that only report identity; subclasses implement supports() and run().
+class TwinBackend : public Backend {
+ public:
+  explicit TwinBackend(TwinInfo info) : info_(std::move(info)) {}
+  std::string_view name() const override { return info_.name; }
+  std::string_view description() const override { return info_.description; }
+  BackendKind kind() const override { return info_.kind; }
+  OpKind op() const override { return info_.op; }
+  std::string supports_summary() const override { return info_.supports_summary; }
+  Numerics numerics() const override { return info_.numerics; }
+  std::string_view mutates() const override { return info_.mutates; }
+  std::string_view bug_class() const override { return info_.bug_class; }
+
+ private:
+  TwinInfo info_;
+};
+
+// A mutant's identity: the twin's numerics (a mutant claims to be correct), kind kMutant, what it breaks and
+// why.
+TwinInfo mutant_info(const TwinInfo& twin, std::string name, std::string description, std::string bug_class);
+
+// Support::no unless `t` holds bf16 or fp16 activations (the dtypes the modelled kernels are instantiated
+// for).
+Support check_act_dtype(const Tensor& t, std::string_view what);
+
+}  // namespace driftcheck::twin

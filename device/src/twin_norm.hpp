@@ -1,0 +1,71 @@
+// Private: the RMSNorm family (rmsnorm, fused-add rmsnorm, fused dual rmsnorm + concat, concat) as
+// parameterised CPU twins. A twin is a NormKernel (where it rounds, how it reduces); a mutant is the same
+// kernel with one NormBug switched on, so a mutant is never a copy of its twin.
+#pragma once
+
+#include <memory>
+
+#include "twin_common.hpp"
+
+namespace driftcheck::twin {
+
+// Where and how a norm kernel rounds (DOMAIN.md section 2).
+enum class NormRounding : std::uint8_t {
+  kTwoRoundings,  // act(act(x * s) * w): vLLM forward_native and the csrc rms_norm kernels
+  kFp32Weight,  // act(x * s * w) with the weight multiplied in fp32: one rounding (fused dual kernel, Gemma)
+};
+
+// How the residual is added (fused-add variants only).
+enum class ResidualPath : std::uint8_t {
+  kNone,     // the kernel has no residual input (plain rms_norm)
+  kFp32,     // forward_native: z = fp32(x) + fp32(r); residual <- act(z); variance from the UNROUNDED z
+  kRounded,  // fused_add_rms_norm kernel: z = act(x + r); residual <- z; variance from the ROUNDED z
+};
+
+// Vector width of the partial sums (ReduceOrder::vec), decided per case as the kernels decide it.
+enum class VecWidth : std::uint8_t {
+  kFixed,             // ReduceOrder::vec as given
+  kGcd16Bytes,        // rms_norm: gcd(16 bytes / element size, H)
+  kIfAligned16Bytes,  // fused_add_rms_norm: 16 bytes when every pointer, H and the row strides allow it, else
+                      // 1
+};
+
+struct NormKernel {
+  NormRounding rounding = NormRounding::kTwoRoundings;
+  // Gemma (1 + w) weights multiply in fp32 with one final rounding in forward_native (GemmaRMSNorm computes
+  // the whole row in fp32); the csrc kernels keep their rounding points whatever the weight.
+  bool one_plus_rounds_once = false;
+  ReduceOrder order;  // how the sum of squares is reduced; csrc kernels launch min(H, order.threads) threads
+  VecWidth vec = VecWidth::kFixed;
+  ResidualPath residual = ResidualPath::kNone;
+  bool residual_required = false;  // fused_add_rms_norm has no plain mode
+};
+
+// One deliberate deviation per mutant; the comments name the bug class (sources in docs/BACKENDS.md).
+enum class NormBug : std::uint8_t {
+  kNone,
+  kRowStrideIgnored,  // rows read at r * H instead of r * row_stride (vllm#24247: no stride checks)
+  kResidualReread,   // second pass re-adds the residual after it was overwritten with z (in-place RAW hazard)
+  kEpsOutsideRsqrt,  // s = rsqrt(var) + eps instead of rsqrt(var + eps)
+  kActAccumulation,  // sum of squares accumulated in the activation dtype instead of fp32
+  kBatchVariantBlock,  // reduction block size chosen from the token count (vllm#48271)
+  kHalvesSwapped,      // dual/concat: the two halves written in the wrong order
+  kOobWrite,           // writes one element past the end of each output row
+};
+
+std::unique_ptr<Backend> make_rmsnorm_backend(TwinInfo info, NormKernel kernel, NormBug bug = NormBug::kNone);
+std::unique_ptr<Backend> make_dual_backend(TwinInfo info, NormKernel kernel, NormBug bug = NormBug::kNone);
+std::unique_ptr<Backend> make_concat_backend(TwinInfo info, NormBug bug = NormBug::kNone);
+
+// The kernels as the twins declare them, so mutants build on exactly the same parameters.
+NormKernel rmsnorm_native_kernel();
+NormKernel rmsnorm_cuda_kernel();
+NormKernel rmsnorm_fused_add_kernel();
+NormKernel dual_fused_kernel();
+TwinInfo rmsnorm_native_info();
+TwinInfo rmsnorm_cuda_info();
+TwinInfo rmsnorm_fused_add_info();
+TwinInfo dual_fused_info();
+TwinInfo concat_copy_info();
+
+}  // namespace driftcheck::twin
