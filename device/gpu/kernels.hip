@@ -17,7 +17,7 @@ __device__ inline float load(const DeviceView& v, std::int64_t i) {
     case DType::kBF16: {
       const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(v.base)[i])
                                  << 16;
-      return std::bit_cast<float>(bits);
+      return bits_as<float>(bits);
     }
     case DType::kF16:
       return static_cast<float>(
@@ -41,7 +41,7 @@ __device__ inline void store(const DeviceView& v, std::int64_t i, float x) {
       static_cast<float*>(v.base)[i] = x;
       return;
     case DType::kBF16: {
-      const std::uint32_t bits = std::bit_cast<std::uint32_t>(round_bf16(x));
+      const std::uint32_t bits = bits_as<std::uint32_t>(round_bf16(x));
       static_cast<std::uint16_t*>(v.base)[i] = static_cast<std::uint16_t>(bits >> 16);
       return;
     }

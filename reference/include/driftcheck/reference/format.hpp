@@ -16,7 +16,6 @@
 // twins share one definition of each rounding.
 #pragma once
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -197,18 +196,27 @@ DC_HD inline double round_to(DType t, double x, Overflow ov = Overflow::kIeee) {
   return decode(f, encode(f, x, ov));
 }
 
+// std::bit_cast for host and device code alike (nvcc compiles the kernels as C++17, where it is missing).
+template <class To, class From>
+DC_HD inline To bits_as(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  __builtin_memcpy(&to, &from, sizeof(To));
+  return to;
+}
+
 // Fast fp32 -> bf16 -> fp32 rounding (RNE, overflow to +-inf, every NaN to the canonical quiet NaN 0x7fc0).
 // Bit-identical to round_to(kBF16, x) for every float, which the format tests check; twins use it in hot
 // loops.
 DC_HD inline float round_bf16(float x) {
-  std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  std::uint32_t u = bits_as<std::uint32_t>(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) {
     u = 0x7fc00000u;
   } else {
     u += 0x7fffu + ((u >> 16) & 1u);
     u &= 0xffff0000u;
   }
-  return std::bit_cast<float>(u);
+  return bits_as<float>(u);
 }
 
 // Unit roundoff u = 2^-(man_bits+1) of a float dtype: the largest relative error of one rounding to nearest.
