@@ -2,6 +2,7 @@
 // the case once (aliasing between tensors is kept because views are translated, not copied), launches, and
 // downloads every storage, so guard bands and inputs are checked by the oracle exactly as for CPU backends.
 #include <map>
+#include <mutex>
 #include <string>
 
 #include "driftcheck/device/backend.hpp"
@@ -77,7 +78,11 @@ class GpuBackend : public Backend {
  public:
   BackendKind kind() const override { return BackendKind::kGpu; }
   bool available(std::string* why) const override { return device_present(why); }
+  // Runs are serialised: one case at a time on the device keeps memory bounded and the timing of a run its
+  // own.
   void run(Case& c) const override {
+    static std::mutex device_mutex;
+    const std::lock_guard<std::mutex> lock(device_mutex);
     DeviceCase dev(c);
     check(launch(c, dev), "launch");
     dev.sync_and_download();
@@ -87,23 +92,34 @@ class GpuBackend : public Backend {
   virtual hipError_t launch(const Case& c, const DeviceCase& dev) const = 0;
 };
 
+// vLLM's rms_norm (no residual: two roundings) and fused_add_rms_norm (residual rounded, stored in place, and
+// normalised: three roundings on the way to y) are one kernel with a flag, as two backends with their own
+// numerics.
 class GpuRmsNorm final : public GpuBackend {
  public:
-  std::string_view name() const override { return "gpu.rmsnorm.vllm"; }
+  explicit GpuRmsNorm(bool fused_add) : fused_add_(fused_add) {}
+  std::string_view name() const override { return fused_add_ ? "gpu.rmsnorm.fused_add" : "gpu.rmsnorm.cuda"; }
   std::string_view description() const override {
-    return "HIP port of vLLM rms_norm / fused_add_rms_norm: fp32 block reduction, residual rounded before "
-           "the "
-           "variance, two roundings";
+    return fused_add_
+               ? "HIP port of vLLM fused_add_rms_norm (in place): z = act(x + r), residual <- z, variance "
+                 "of the rounded z, act(act(z*s)*w)"
+               : "HIP port of vLLM rms_norm: fp32 block reduction, act(act(x*s)*w), strided rows";
   }
   OpKind op() const override { return OpKind::kRmsNorm; }
   Numerics numerics() const override {
     Numerics n;
-    n.output_roundings = 2;
+    n.output_roundings = fused_add_ ? 3 : 2;
     return n;
+  }
+  std::string supports_summary() const override {
+    return fused_add_ ? "bf16/fp16/fp32; any H, strides and offsets; residual required"
+                      : "bf16/fp16/fp32; any H, strides and offsets; no residual";
   }
   Support supports(const Case& c) const override {
     if (!act_dtype_ok(c.tensor("x").dtype()))
       return Support::no("activation dtype must be bf16, fp16 or fp32");
+    if (c.get<RmsNormParams>().residual != fused_add_)
+      return Support::no(fused_add_ ? "fused_add_rms_norm needs a residual" : "rms_norm takes no residual");
     return Support::yes();
   }
 
@@ -122,6 +138,9 @@ class GpuRmsNorm final : public GpuBackend {
     a.has_residual = p.residual;
     return gpu::launch_rmsnorm(a);
   }
+
+ private:
+  bool fused_add_;
 };
 
 class GpuDualRmsNormCat final : public GpuBackend {
@@ -132,6 +151,7 @@ class GpuDualRmsNormCat final : public GpuBackend {
            "rounding";
   }
   OpKind op() const override { return OpKind::kDualRmsNormCat; }
+  std::string supports_summary() const override { return "bf16/fp16/fp32; any H, strides and offsets"; }
   Support supports(const Case& c) const override {
     if (!act_dtype_ok(c.tensor("e").dtype()))
       return Support::no("activation dtype must be bf16, fp16 or fp32");
@@ -162,6 +182,9 @@ class GpuConcat final : public GpuBackend {
     return "HIP strided concat along the last dim (bit copies)";
   }
   OpKind op() const override { return OpKind::kConcat; }
+  std::string supports_summary() const override {
+    return "any dtype (a and b alike); any widths and strides";
+  }
   Support supports(const Case& c) const override {
     if (c.tensor("a").dtype() != c.tensor("b").dtype()) return Support::no("a and b must share a dtype");
     return Support::yes();
@@ -189,6 +212,10 @@ class GpuPagedAttention final : public GpuBackend {
            "scales applied in fp32, one output rounding";
   }
   OpKind op() const override { return OpKind::kAttention; }
+  std::string supports_summary() const override {
+    return "bf16/fp16/fp32 q; any KV dtype; any block size, GQA, causal or not, window, softcap, sinks; "
+           "head_dim <= 512";
+  }
   Support supports(const Case& c) const override {
     const auto& p = c.get<AttentionParams>();
     if (!act_dtype_ok(c.tensor("q").dtype())) return Support::no("q dtype must be bf16, fp16 or fp32");
@@ -229,7 +256,8 @@ class GpuPagedAttention final : public GpuBackend {
 }  // namespace
 
 void register_gpu_backends(Registry& r) {
-  r.add(std::make_unique<GpuRmsNorm>());
+  r.add(std::make_unique<GpuRmsNorm>(false));
+  r.add(std::make_unique<GpuRmsNorm>(true));
   r.add(std::make_unique<GpuDualRmsNormCat>());
   r.add(std::make_unique<GpuConcat>());
   r.add(std::make_unique<GpuPagedAttention>());
