@@ -351,8 +351,9 @@ float AttentionTwin::tiled_row(const Batch& b, const Plan& pl, const Row& r, std
   }
   float m = kNegInf;
   for (const State& s : segs) m = std::max(m, s.m);
-  float l = 0.0f;
   std::fill(out, out + b.d, 0.0f);
+  if (m == kNegInf) return kNegInf;  // no visible key and no sink: o = 0, lse = -inf
+  float l = 0.0f;
   for (const State& s : segs) {
     const float w = segs.size() > 1 && bug_ == AttnBug::kUnscaledSplitMerge ? 1.0f : exp_of(k_.exp, s.m - m);
     l += s.l * w;
@@ -380,11 +381,12 @@ float AttentionTwin::lse_merged_row(const Batch& b, const Plan& pl, const Row& r
     lses.push_back(b.sinks[static_cast<std::size_t>(h)]);
     outs.insert(outs.end(), static_cast<std::size_t>(b.d), 0.0f);
   }
-  const float mx = *std::max_element(lses.begin(), lses.end());
+  std::fill(out, out + b.d, 0.0f);
+  const float mx = lses.empty() ? kNegInf : *std::max_element(lses.begin(), lses.end());
+  if (mx == kNegInf) return kNegInf;  // no visible key and no sink: o = 0, lse = -inf
   float sum = 0.0f;
   for (float x : lses) sum += exp_of(k_.exp, x - mx);
   const float lse = mx + log_of(k_.exp, sum);
-  std::fill(out, out + b.d, 0.0f);
   for (std::size_t i = 0; i < lses.size(); ++i) {
     const float w = exp_of(k_.exp, lses[i] - lse);
     for (std::int64_t e = 0; e < b.d; ++e)
@@ -400,6 +402,10 @@ float AttentionTwin::lse_merged_row(const Batch& b, const Plan& pl, const Row& r
 float AttentionTwin::normalized_partitions_row(const Batch& b, const Plan& pl, const Row& r,
                                                float* out) const {
   const std::int64_t len = r.panel->valid;
+  if (r.lo > r.hi) {  // no visible key (the kernel has no sinks): o = 0, lse = -inf
+    std::fill(out, out + b.d, 0.0f);
+    return kNegInf;
+  }
   std::vector<float> maxes, sums, outs, scores(static_cast<std::size_t>(k_.partition)),
       acc(static_cast<std::size_t>(b.d));
   for (std::int64_t begin = 0; begin < len; begin += k_.partition) {

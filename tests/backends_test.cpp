@@ -1,0 +1,587 @@
+// The backends module: the registry, what each CPU twin accepts and declines, twins against the fp64
+// reference within a tolerance derived from the roundings they declare, poisoned cache slots, and every
+// mutant deviating from its twin on a case built to expose it. The full oracle (docs/ORACLE.md) is tested
+// elsewhere.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <set>
+
+// White-box: the fast fp16 rounding every twin relies on, and fresh backends for a private registry.
+#include "../device/src/builtin.hpp"
+#include "../device/src/twin_common.hpp"
+#include "case_builders.hpp"
+#include "driftcheck/device/backend.hpp"
+#include "driftcheck/reference/reference.hpp"
+
+namespace driftcheck {
+namespace {
+
+using builders::AttentionSpec;
+using builders::Layout;
+
+const Backend& get(std::string_view name) {
+  const Backend* b = registry().find(name);
+  if (b == nullptr) throw std::runtime_error("backend not registered: " + std::string(name));
+  return *b;
+}
+
+// ---- registry
+// ---------------------------------------------------------------------------------------------------
+
+TEST(Registry, NamesAreUniqueAndFollowTheScheme) {
+  std::set<std::string_view> names;
+  for (const auto& b : registry().all()) {
+    EXPECT_TRUE(names.insert(b->name()).second) << b->name();
+    EXPECT_FALSE(b->description().empty()) << b->name();
+    const std::string prefix = std::string(backend_kind_name(b->kind())) + ".";
+    EXPECT_EQ(b->name().substr(0, prefix.size()), prefix) << b->name();
+    EXPECT_EQ(std::count(b->name().begin(), b->name().end(), '.'), 2) << b->name();
+  }
+}
+
+TEST(Registry, EveryMutantNamesARegisteredTwinOfItsOpAndABugClass) {
+  int mutants = 0;
+  for (const auto& b : registry().all()) {
+    if (b->kind() != BackendKind::kMutant) {
+      EXPECT_TRUE(b->mutates().empty()) << b->name();
+      continue;
+    }
+    ++mutants;
+    const Backend* twin = registry().find(b->mutates());
+    ASSERT_NE(twin, nullptr) << b->name() << " mutates unknown " << b->mutates();
+    EXPECT_EQ(twin->kind(), BackendKind::kCpu);
+    EXPECT_EQ(twin->op(), b->op()) << b->name();
+    EXPECT_FALSE(b->bug_class().empty()) << b->name();
+  }
+  EXPECT_GE(mutants, 14);
+}
+
+TEST(Registry, MatchHonoursGlobsListsAndTheMutantSwitch) {
+  const Registry& r = registry();
+  EXPECT_EQ(r.match("cpu.attn.*", false).size(), 4u);
+  EXPECT_EQ(r.match("cpu.rmsnorm.*,cpu.dual.*", false).size(), 5u);
+  EXPECT_TRUE(r.match("mutant.*", false).empty());
+  EXPECT_GE(r.match("mutant.*", true).size(), 14u);
+  EXPECT_EQ(r.match("cpu.concat.copy", false).size(), 1u);
+  for (const Backend* b : r.match("*", false)) EXPECT_NE(b->kind(), BackendKind::kMutant) << b->name();
+  EXPECT_EQ(r.match("cpu.rmsnorm.cud?, cpu.rmsnorm.cuda", false).size(), 1u);  // a union, no duplicates
+  EXPECT_TRUE(r.match("", true).empty());
+}
+
+TEST(Registry, GlobMatch) {
+  EXPECT_TRUE(glob_match("*", ""));
+  EXPECT_TRUE(glob_match("cpu.*", "cpu.attn.aiter_fa"));
+  EXPECT_TRUE(glob_match("*.aiter_*", "cpu.attn.aiter_fa"));
+  EXPECT_TRUE(glob_match("cpu.?ual.*", "cpu.dual.fused"));
+  EXPECT_FALSE(glob_match("cpu.?", "cpu.dual"));
+  EXPECT_FALSE(glob_match("cpu.attn", "cpu.attn.x"));
+  EXPECT_FALSE(glob_match("*.fused", "cpu.dual.fused_add"));
+  EXPECT_TRUE(glob_match("a*b*c", "axxbyyc"));
+  EXPECT_FALSE(glob_match("a*b*c", "axxbyy"));
+}
+
+TEST(Registry, RejectsDuplicatesAndReportsUnknownNames) {
+  Registry r;
+  r.add(twin::make_cpu_concat_copy());
+  EXPECT_THROW(r.add(twin::make_cpu_concat_copy()), InvalidArgument);
+  EXPECT_EQ(r.find("cpu.nope.nope"), nullptr);
+  EXPECT_EQ(backend_kind_name(BackendKind::kMutant), "mutant");
+}
+
+// ---- formats
+// ------------------------------------------------------------------------------------------------------
+
+// f16_bits against the exact encoder: every fp16 value, its neighbours and the midpoints around it (ties), in
+// both signs, plus overflow and NaN.
+TEST(TwinFormats, FastFp16RoundingMatchesTheExactEncoder) {
+  std::vector<float> probes = {65504.0f, 65519.99f, 65520.0f, 1e30f,
+                               INFINITY, 0x1p-25f,  0x1p-24f, 0x1.8p-25f};
+  for (std::uint32_t code = 0; code < 0x7c00u; ++code) {
+    const float v = static_cast<float>(decode(kFormatF16, code));
+    const float next = static_cast<float>(decode(kFormatF16, code + 1));
+    const float mid = v + (next - v) / 2;  // exact in fp32
+    for (float x : {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) probes.push_back(x);
+  }
+  int checked = 0;
+  for (float p : probes) {
+    for (float x : {p, -p}) {
+      ASSERT_EQ(twin::f16_bits(x), encode(kFormatF16, x)) << x;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(twin::f16_bits(NAN), encode(kFormatF16, NAN));
+  EXPECT_GT(checked, 4 * 0x7c00);
+}
+
+// ---- helpers
+// --------------------------------------------------------------------------------------------------------
+
+Case run_clone(const Backend& b, const Case& c) {
+  Case out = c.clone();
+  b.run(out);
+  return out;
+}
+
+// True when any byte of any output storage (guard bands included) differs.
+bool outputs_differ(const Case& a, const Case& b) {
+  for (const std::string& name : op_signature(a).outputs) {
+    if (a.tensor(name).storage()->bytes != b.tensor(name).storage()->bytes) return true;
+  }
+  return false;
+}
+
+// The per-element tolerance of an output given its name and reference value.
+using Bound = std::function<double(const std::string&, double)>;
+
+// Largest |out - ref| / bound over every output element (infinity for a NaN or an unmatched infinity);
+// `where` names the worst element.
+double worst_ratio(const Case& ran, const Outputs& ref, const Bound& bound, std::string* where) {
+  double worst = 0;
+  for (const auto& [name, expected] : ref) {
+    const std::vector<double> got = ran.tensor(name).to_f64();
+    const std::vector<double> want = expected.to_f64();
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const double err = std::isinf(want[i]) && got[i] == want[i] ? 0.0 : std::fabs(got[i] - want[i]);
+      const double ratio = std::isnan(err) ? INFINITY : err / bound(name, want[i]);
+      if (ratio > worst) {
+        worst = ratio;
+        *where = name + "[" + std::to_string(i) + "] got " + std::to_string(got[i]) + " want " +
+                 std::to_string(want[i]);
+      }
+    }
+  }
+  return worst;
+}
+
+// ---- norm twins against the reference
+// -----------------------------------------------------------------------------
+
+// Tolerance from the declared roundings: each rounding to the output format costs at most u relative to the
+// value it rounds (no cancellation happens after the reduction, so relative bounds hold per element); a
+// rounded residual z (fused add) perturbs the scale by at most one more u; the fp32 reduction of H squares
+// costs at most H * 2^-24 in the scale (plus a few fp32 ops); R * denorm_min covers results in the subnormal
+// range, where rounding errors are absolute.
+double norm_bound(const Numerics& n, DType act, std::int64_t h, bool residual, double ref) {
+  const double u = unit_roundoff(act);
+  const double rel = (n.output_roundings + (residual ? 1 : 0)) * u + static_cast<double>(h + 8) * 0x1p-24;
+  const double tiny = act == DType::kBF16 ? 0x1p-133 : 0x1p-24;
+  return rel * std::fabs(ref) + n.output_roundings * tiny;
+}
+
+// Runs `b` on c and returns its worst ratio against the reference under the tolerance `declared` declares.
+double norm_ratio(const Backend& b, const Numerics& declared, const Case& c, std::string* where) {
+  const Tensor& out = c.has("y") ? c.tensor("y") : c.tensor("out");
+  const DType act = out.dtype();
+  const std::int64_t h = c.has("x") ? c.tensor("x").size(1) : c.tensor("e").size(1);
+  const bool res = c.has("residual");
+  return worst_ratio(
+      run_clone(b, c), reference(c),
+      [&](const std::string& name, double r) {
+        // The residual output is x + r rounded once.
+        return name == "residual" ? unit_roundoff(act) * std::fabs(r) : norm_bound(declared, act, h, res, r);
+      },
+      where);
+}
+
+struct NormCase {
+  std::string label;
+  Case c;
+};
+
+std::vector<NormCase> rmsnorm_cases() {
+  std::vector<NormCase> v;
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    for (WeightMode mode : {WeightMode::kPlain, WeightMode::kOnePlus}) {
+      for (bool residual : {false, true}) {
+        RmsNormParams p;
+        p.eps = 1e-5;
+        p.weight_mode = mode;
+        p.residual = residual;
+        const std::string label = std::string(dtype_name(t)) + (residual ? "/residual" : "") +
+                                  (mode == WeightMode::kOnePlus ? "/1+w" : "");
+        v.push_back({label + "/96", builders::rmsnorm_case(3, 96, t, p, 11)});
+        v.push_back({label + "/5125/strided", builders::rmsnorm_case(2, 5125, t, p, 12, Layout{7, 3, 5})});
+        v.push_back({label + "/4096/aligned", builders::rmsnorm_case(2, 4096, t, p, 13, Layout{8, 8, 8})});
+      }
+    }
+  }
+  return v;
+}
+
+TEST(NormTwins, RmsNormTwinsMatchTheReferenceWithinTheirDeclaredRoundings) {
+  for (std::string_view name : {"cpu.rmsnorm.native", "cpu.rmsnorm.cuda", "cpu.rmsnorm.fused_add"}) {
+    const Backend& b = get(name);
+    int ran = 0;
+    for (const NormCase& nc : rmsnorm_cases()) {
+      if (!b.supports(nc.c).ok) continue;
+      ++ran;
+      std::string where;
+      EXPECT_LE(norm_ratio(b, b.numerics(), nc.c, &where), 1.0) << name << " " << nc.label << ": " << where;
+    }
+    EXPECT_GE(ran, 6) << name;  // every twin supports half of the grid or more
+  }
+}
+
+TEST(NormTwins, DualTwinsMatchTheReferenceAndTheUnfusedChainStaysWithinTwoRoundings) {
+  for (std::string_view name : {"cpu.dual.fused", "cpu.dual.unfused"}) {
+    const Backend& b = get(name);
+    for (DType t : {DType::kBF16, DType::kF16}) {
+      for (WeightMode mode : {WeightMode::kPlain, WeightMode::kOnePlus}) {
+        DualRmsNormCatParams p;
+        p.weight_mode = mode;
+        const Case c = builders::dual_case(3, 200, t, p, 21, Layout{5, 1, 4});
+        ASSERT_TRUE(b.supports(c).ok) << b.supports(c).reason;
+        std::string where;
+        EXPECT_LE(norm_ratio(b, b.numerics(), c, &where), 1.0) << name << ": " << where;
+      }
+    }
+  }
+}
+
+TEST(NormTwins, ConcatIsABitExactCopyForEveryDtype) {
+  const Backend& b = get("cpu.concat.copy");
+  for (DType t : {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3FNUZ}) {
+    Case c = builders::concat_case(3, 5, 9, t, 31, Layout{2, 3, 4});
+    c.tensor("a").set({1, 2}, NAN);
+    const Case out = run_clone(b, c);
+    for (std::int64_t r = 0; r < 3; ++r) {
+      for (std::int64_t i = 0; i < 14; ++i) {
+        const Tensor& src = i < 5 ? c.tensor("a") : c.tensor("b");
+        const std::int64_t j = i < 5 ? i : i - 5;
+        EXPECT_EQ(out.tensor("out").storage()->load_bits(out.tensor("out").index({r, i})),
+                  src.storage()->load_bits(src.index({r, j})));
+      }
+    }
+  }
+}
+
+TEST(NormTwins, TheFusedAddTwinUpdatesTheResidualInPlaceWhenYAliasesX) {
+  RmsNormParams p;
+  p.residual = true;
+  Case c = builders::rmsnorm_case(2, 64, DType::kBF16, p, 41);
+  const Case separate = run_clone(get("cpu.rmsnorm.fused_add"), c);
+  c.tensors["y"] = c.tensor("x");  // in place, as the real kernel writes
+  const Case inplace = run_clone(get("cpu.rmsnorm.fused_add"), c);
+  EXPECT_EQ(inplace.tensor("y").to_f64(), separate.tensor("y").to_f64());
+  EXPECT_EQ(inplace.tensor("residual").to_f64(), separate.tensor("residual").to_f64());
+}
+
+// ---- support
+// ------------------------------------------------------------------------------------------------------
+
+AttentionSpec attn_spec(DType act, DType kv, std::int64_t block_size) {
+  AttentionSpec s;
+  s.params.num_q_heads = 4;
+  s.params.num_kv_heads = 2;
+  s.params.head_dim = 64;
+  s.params.block_size = block_size;
+  s.params.scale = 0.125;
+  s.q_dtype = act;
+  s.kv_dtype = kv;
+  s.query_lens = {1, 5, 1};
+  s.seq_lens = {37, 20, 300};
+  s.spare_blocks = 2;
+  s.shuffle_blocks = true;
+  return s;
+}
+
+Support supports(std::string_view backend, const AttentionSpec& s) {
+  return get(backend).supports(builders::attention_case(s, 1));
+}
+
+bool reason_has(const Support& s, std::string_view text) {
+  return !s.ok && s.reason.find(text) != std::string::npos;
+}
+
+TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
+  AttentionSpec decode = attn_spec(DType::kBF16, DType::kBF16, 128);
+  decode.query_lens = {1, 1, 1};
+  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", decode), "16 and 32"));
+  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", decode), "16 and 32"));
+  EXPECT_TRUE(supports("cpu.attn.triton_unified", decode).ok);
+  EXPECT_TRUE(supports("cpu.attn.aiter_unified", decode).ok);
+
+  decode.params.block_size = 16;
+  EXPECT_TRUE(supports("cpu.attn.rocm_custom", decode).ok);
+  AttentionSpec s = decode;
+  s.params.head_dim = 96;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "64 and 128"));
+  s = decode;
+  s.params.num_q_heads = 64;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "GQA ratio 32"));
+  s = decode;
+  s.params.window = 8;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "window"));
+  s = decode;
+  s.params.has_sinks = true;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "sinks"));
+  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", attn_spec(DType::kBF16, DType::kBF16, 16)),
+                         "query length 5"));
+  s = decode;
+  s.params.causal = false;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_unified", s), "causal only"));
+  EXPECT_TRUE(supports("cpu.attn.triton_unified", s).ok);
+  s = decode;
+  s.params.block_size = 24;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.triton_unified", s), "multiple of 16"));
+  for (const Backend* b : registry().match("cpu.attn.*", false)) {
+    EXPECT_TRUE(reason_has(b->supports(builders::attention_case(attn_spec(DType::kF32, DType::kBF16, 16), 1)),
+                           "bf16 and fp16"))
+        << b->name();
+    EXPECT_TRUE(reason_has(b->supports(builders::attention_case(attn_spec(DType::kBF16, DType::kF32, 16), 1)),
+                           "KV cache fp32"))
+        << b->name();
+  }
+}
+
+TEST(NormSupport, KernelsDeclineResidualModesAndDtypesTheyDoNotHave) {
+  RmsNormParams with;
+  with.residual = true;
+  const Case res = builders::rmsnorm_case(2, 64, DType::kBF16, with, 1);
+  const Case plain = builders::rmsnorm_case(2, 64, DType::kBF16, {}, 1);
+  EXPECT_TRUE(reason_has(get("cpu.rmsnorm.cuda").supports(res), "fused_add"));
+  EXPECT_TRUE(reason_has(get("cpu.rmsnorm.fused_add").supports(plain), "no residual"));
+  EXPECT_TRUE(get("cpu.rmsnorm.native").supports(res).ok);
+  EXPECT_TRUE(reason_has(get("cpu.rmsnorm.cuda").supports(builders::rmsnorm_case(2, 64, DType::kF32, {}, 1)),
+                         "bf16 and fp16"));
+  Case mixed = builders::concat_case(2, 3, 4, DType::kBF16, 1);
+  mixed.tensors["b"] = builders::matrix(DType::kF16, 2, 4);
+  EXPECT_TRUE(reason_has(get("cpu.concat.copy").supports(mixed), "one dtype"));
+}
+
+// ---- attention twins against the reference
+// ----------------------------------------------------------------------
+
+std::vector<AttentionSpec> attention_specs() {
+  std::vector<AttentionSpec> v;
+  for (DType act : {DType::kBF16, DType::kF16}) {
+    for (DType kv : {act, DType::kF8E4M3FN, DType::kF8E4M3FNUZ, DType::kF8E5M2}) {
+      for (std::int64_t bs : {16, 32, 64}) {
+        AttentionSpec s = attn_spec(act, kv, bs);
+        if (is_fp8(kv)) {
+          s.params.k_scale = 0.5;
+          s.params.v_scale = 2.0;
+        }
+        v.push_back(s);
+        s.query_lens = {1, 1, 1};  // decode only: Triton's split-KV path, partitioned decode kernels
+        v.push_back(s);
+      }
+    }
+  }
+  AttentionSpec f = attn_spec(DType::kBF16, DType::kBF16, 16);
+  f.params.window = 9;
+  f.params.softcap = 5.0;
+  f.params.has_sinks = true;
+  f.q_stddev = 3.0;
+  v.push_back(f);
+  f.query_lens = {1, 1, 1};
+  v.push_back(f);
+  f.params.causal = false;
+  f.params.window = 0;
+  v.push_back(f);
+  f.query_lens = {3, 20, 2};  // non-causal prefill
+  v.push_back(f);
+  return v;
+}
+
+// Unused slots carry NaN (the builders poison them); max_abs must skip those.
+double finite_max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : t.to_f64())
+    if (std::isfinite(v)) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// Tolerance from the declared numerics, per element of o, relative to the largest |v| the row can mix (o is a
+// convex combination of V rows): P rounded costs u, a rounded partial output u, the output rounding u |o|.
+// KV dequantised to the activation dtype perturbs every logit by at most u * scale * sum_i |q_i k_i| <= u *
+// scale * |q|_1 * max|k| (times k_scale), which moves the softmax weights by at most twice that; V rounded
+// costs another u. 1e-5 covers fp32 arithmetic (exp, sums of at most a few hundred terms).
+struct AttnBound {
+  double o, lse;
+};
+
+AttnBound attention_bound(const Numerics& n, const Case& c) {
+  const auto& p = c.get<AttentionParams>();
+  const double u = unit_roundoff(c.tensor("o").dtype());
+  const double vmax = finite_max_abs(c.tensor("v_cache")) * p.v_scale;
+  double qmax_l1 = 0;
+  const std::vector<double> q = c.tensor("q").to_f64();
+  for (std::size_t row = 0; row < q.size(); row += static_cast<std::size_t>(p.head_dim)) {
+    double l1 = 0;
+    for (std::int64_t i = 0; i < p.head_dim; ++i) l1 += std::fabs(q[row + static_cast<std::size_t>(i)]);
+    qmax_l1 = std::max(qmax_l1, l1);
+  }
+  const double kmax = finite_max_abs(c.tensor("k_cache")) * p.k_scale;
+  // Dequantisation rounds nothing when the cache already holds activation-dtype values at scale 1.
+  const DType kv = c.tensor("k_cache").dtype();
+  const bool dequant_rounds =
+      n.kv_dequant_rounded && (kv != c.tensor("o").dtype() || p.k_scale != 1.0 || p.v_scale != 1.0);
+  const double dlogit = dequant_rounds ? u * p.scale * qmax_l1 * kmax : 0.0;
+  const double o = vmax * ((n.p_rounded ? u : 0) + (n.partials_rounded ? u : 0) + (dequant_rounds ? u : 0) +
+                           2 * dlogit + 1e-5);
+  return {o, dlogit + 1e-5};
+}
+
+double attention_ratio(const Backend& b, const Numerics& declared, const Case& c, std::string* where) {
+  const AttnBound bound = attention_bound(declared, c);
+  const double u = unit_roundoff(c.tensor("o").dtype());
+  return worst_ratio(
+      run_clone(b, c), reference(c),
+      [&](const std::string& name, double r) {
+        return name == "lse" ? bound.lse * (1 + std::fabs(r)) : bound.o + u * std::fabs(r);
+      },
+      where);
+}
+
+TEST(AttentionTwins, MatchTheReferenceWithinTheirDeclaredNumerics) {
+  const auto specs = attention_specs();
+  for (const Backend* b : registry().match("cpu.attn.*", false)) {
+    int ran = 0;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const Case c = builders::attention_case(specs[i], 100 + i);
+      if (!b->supports(c).ok) continue;
+      ++ran;
+      std::string where;
+      EXPECT_LE(attention_ratio(*b, b->numerics(), c, &where), 1.0)
+          << b->name() << " spec " << i << ": " << where;
+    }
+    EXPECT_GE(ran, 8) << b->name();
+  }
+}
+
+// The builders poison every unused slot with NaN; the same case without poison must give the same bits.
+TEST(AttentionTwins, NeverReadPoisonedSlots) {
+  for (const Backend* b : registry().match("cpu.attn.*", false)) {
+    for (DType kv : {DType::kBF16, DType::kF8E4M3FNUZ}) {
+      AttentionSpec s = attn_spec(DType::kBF16, kv, 16);
+      s.query_lens = {1, 1, 1};
+      AttentionSpec clean = s;
+      clean.poison_unused = false;
+      const Case poisoned = builders::attention_case(s, 7);
+      if (!b->supports(poisoned).ok) continue;
+      EXPECT_FALSE(outputs_differ(run_clone(*b, poisoned), run_clone(*b, builders::attention_case(clean, 7))))
+          << b->name();
+    }
+  }
+}
+
+// ---- mutants
+// ------------------------------------------------------------------------------------------------------
+
+Case scaled_rmsnorm(double factor) {
+  Case c = builders::rmsnorm_case(2, 64, DType::kBF16, {}, 5);
+  std::vector<double> x = c.tensor("x").to_f64();
+  for (double& v : x) v *= factor;
+  c.tensor("x").copy_from(x);
+  return c;
+}
+
+Case attention_with(const std::function<void(AttentionSpec&)>& edit) {
+  AttentionSpec s = attn_spec(DType::kBF16, DType::kBF16, 16);
+  edit(s);
+  return builders::attention_case(s, 3);
+}
+
+// For each mutant, a case that exposes it: the twin and the mutant must write different bytes.
+std::map<std::string, Case> exposing_cases() {
+  std::map<std::string, Case> m;
+  RmsNormParams res;
+  res.residual = true;
+  m["mutant.rmsnorm.stride_ignored"] = builders::rmsnorm_case(4, 64, DType::kBF16, {}, 1, Layout{8, 0, 0});
+  m["mutant.rmsnorm.residual_reread"] = builders::rmsnorm_case(2, 64, DType::kBF16, res, 1);
+  m["mutant.rmsnorm.eps_outside_rsqrt"] = scaled_rmsnorm(1e-4);  // mean(x^2) ~ 1e-8, far below eps
+  m["mutant.rmsnorm.act_accumulation"] = builders::rmsnorm_case(1, 1024, DType::kBF16, {}, 1);
+  m["mutant.rmsnorm.oob_write"] = builders::rmsnorm_case(2, 64, DType::kBF16, {}, 1, Layout{0, 0, 4});
+  m["mutant.dual.weight_rounded_early"] = builders::dual_case(2, 256, DType::kBF16, {}, 1);
+  m["mutant.dual.halves_swapped"] = builders::dual_case(2, 64, DType::kBF16, {}, 1);
+  m["mutant.concat.halves_swapped"] = builders::concat_case(2, 8, 8, DType::kBF16, 1);
+  m["mutant.attn.masked_p_times_v"] = attention_with([](AttentionSpec&) {});  // 37 % 16 != 0: poison in page
+  m["mutant.attn.page_conversion"] = attention_with([](AttentionSpec& s) { s.params.block_size = 64; });
+  m["mutant.attn.fp8_fn_fnuz_swapped"] =
+      attention_with([](AttentionSpec& s) { s.kv_dtype = DType::kF8E4M3FN; });
+  m["mutant.attn.no_max_subtraction"] = attention_with([](AttentionSpec& s) { s.q_stddev = 100; });
+  m["mutant.attn.unscaled_split_merge"] = attention_with([](AttentionSpec& s) { s.query_lens = {1, 1, 1}; });
+  m["mutant.attn.gqa_modulo"] = attention_with([](AttentionSpec&) {});
+  m["mutant.attn.causal_off_by_one"] = attention_with([](AttentionSpec&) {});
+  m["mutant.attn.window_off_by_one"] = attention_with([](AttentionSpec& s) { s.params.window = 8; });
+  m["mutant.attn.softcap_missing"] = attention_with([](AttentionSpec& s) {
+    s.params.softcap = 5;
+    s.q_stddev = 3;
+  });
+  Case sinks = attention_with([](AttentionSpec& s) { s.params.has_sinks = true; });
+  sinks.tensor("sinks").copy_from(std::vector<double>(4, 3.0));  // a sink worth ~20 keys: visible in o
+  m["mutant.attn.sink_dropped"] = std::move(sinks);
+  return m;
+}
+
+TEST(Mutants, EachDeviatesFromItsTwinOnACaseBuiltToExposeIt) {
+  const auto cases = exposing_cases();
+  for (const Backend* m : registry().match("mutant.*", true)) {
+    if (m->name() == "mutant.rmsnorm.batch_variant_block") continue;  // a metamorphic bug: next test
+    const auto it = cases.find(std::string(m->name()));
+    ASSERT_NE(it, cases.end()) << "no exposing case for " << m->name();
+    const Backend& twin = get(m->mutates());
+    ASSERT_TRUE(twin.supports(it->second).ok) << m->name() << ": " << twin.supports(it->second).reason;
+    ASSERT_TRUE(m->supports(it->second).ok) << m->name();
+    EXPECT_TRUE(outputs_differ(run_clone(twin, it->second), run_clone(*m, it->second))) << m->name();
+  }
+}
+
+// The tolerances the twins pass are not vacuous: mutants with a numeric bug exceed them on their exposing
+// case.
+TEST(Mutants, ExceedTheToleranceTheirTwinPasses) {
+  const auto cases = exposing_cases();
+  std::string where;
+  for (std::string_view name : {"mutant.rmsnorm.eps_outside_rsqrt", "mutant.rmsnorm.act_accumulation",
+                                "mutant.rmsnorm.residual_reread", "mutant.dual.weight_rounded_early"}) {
+    const Backend& m = get(name);
+    EXPECT_GT(norm_ratio(m, m.numerics(), cases.at(std::string(name)), &where), 1.0) << name;
+  }
+  for (const Backend* m : registry().match("mutant.attn.*", true)) {
+    EXPECT_GT(attention_ratio(*m, m->numerics(), cases.at(std::string(m->name())), &where), 1.0) << m->name();
+  }
+}
+
+// Mutants change nothing on cases their bug cannot touch: they are one deviation, not a different kernel.
+TEST(Mutants, AgreeWithTheirTwinWhereTheBugCannotShow) {
+  const Case packed = builders::rmsnorm_case(4, 64, DType::kBF16, {}, 1);  // row stride == H
+  EXPECT_FALSE(outputs_differ(run_clone(get("cpu.rmsnorm.cuda"), packed),
+                              run_clone(get("mutant.rmsnorm.stride_ignored"), packed)));
+  const Case small_pages = attention_with([](AttentionSpec&) {});  // block size 16 < 64
+  EXPECT_FALSE(outputs_differ(run_clone(get("cpu.attn.triton_unified"), small_pages),
+                              run_clone(get("mutant.attn.page_conversion"), small_pages)));
+}
+
+// vllm#48271: the same row gives other bits in a batch of 16 than alone, though the mutant claims batch
+// invariance like its twin (which gives the same bits either way).
+TEST(Mutants, BatchVariantReductionChangesARowsBitsWithTheBatch) {
+  const Case batch = builders::rmsnorm_case(16, 4096, DType::kF16, {}, 9);
+  auto row_bits_differ = [&](const Backend& b) {
+    const Case all = run_clone(b, batch);
+    for (std::int64_t r = 0; r < 16; ++r) {
+      Case one = batch.clone();
+      for (const char* name : {"x", "y"}) {
+        const Tensor& t = batch.tensor(name);
+        one.tensors[name] =
+            Tensor::view(one.tensor(name).storage(), {1, 4096}, t.strides(), t.offset() + r * t.strides()[0]);
+      }
+      b.run(one);
+      for (std::int64_t i = 0; i < 4096; ++i)
+        if (one.tensor("y").at({0, i}) != all.tensor("y").at({r, i})) return true;
+    }
+    return false;
+  };
+  const Backend& mutant = get("mutant.rmsnorm.batch_variant_block");
+  EXPECT_TRUE(mutant.numerics().batch_invariant);
+  EXPECT_TRUE(row_bits_differ(mutant));
+  EXPECT_FALSE(row_bits_differ(get("cpu.rmsnorm.cuda")));
+}
+
+}  // namespace
+}  // namespace driftcheck
