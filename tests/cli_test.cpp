@@ -21,7 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
+struct Outcome {
   int code = -1;
   std::string out;
   std::string err;
@@ -34,16 +34,19 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
+// A directory of this process's own, removed at exit.
+struct Scratch {
+  fs::path dir = fs::temp_directory_path() / ("driftcheck_cli_test_" + std::to_string(::getpid()));
+  Scratch() { fs::create_directories(dir); }
+  ~Scratch() { fs::remove_all(dir); }
+};
+
 fs::path scratch() {
-  static const fs::path dir = [] {
-    auto d = fs::temp_directory_path() / ("driftcheck_cli_test_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const Scratch s;
+  return s.dir;
 }
 
-Run driftcheck(const std::string& args) {
+Outcome driftcheck(const std::string& args) {
   const auto out = scratch() / "stdout", err = scratch() / "stderr";
   const std::string cmd =
       std::string(DRIFTCHECK_BIN) + " " + args + " >" + out.string() + " 2>" + err.string();
@@ -52,7 +55,7 @@ Run driftcheck(const std::string& args) {
 }
 
 void expect_usage_error(const std::string& args, const std::string& mentions) {
-  const Run r = driftcheck(args);
+  const Outcome r = driftcheck(args);
   EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
   EXPECT_NE(r.err.find(mentions), std::string::npos) << args << ": " << r.err;
@@ -84,19 +87,20 @@ TEST(Cli, BadBundlesAreExitTwo) {
 }
 
 TEST(Cli, HelpIsExitZero) {
-  const Run r = driftcheck("--help");
+  const Outcome r = driftcheck("--help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("fuzz"), std::string::npos);
 }
 
 TEST(Cli, ListShowsOpsBackendsAndMutants) {
-  const Run r = driftcheck("list");
+  const Outcome r = driftcheck("list");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("ops: rmsnorm concat dual_rmsnorm_cat attention"), std::string::npos);
   for (const auto& b : driftcheck::registry().all()) {
     EXPECT_NE(r.out.find(std::string(b->name())), std::string::npos) << b->name();
-    if (b->kind() == driftcheck::BackendKind::kMutant)
+    if (b->kind() == driftcheck::BackendKind::kMutant) {
       EXPECT_NE(r.out.find(std::string(b->bug_class())), std::string::npos) << b->name();
+    }
   }
 }
 
@@ -112,8 +116,8 @@ TEST(Cli, MutantFindingReplaysFromItsBundleAndFromTheStream) {
   const driftcheck::Backend* mutant = first_mutant_of(driftcheck::OpKind::kRmsNorm);
   if (mutant == nullptr) GTEST_SKIP() << "no rmsnorm mutant registered";
   const auto out = scratch() / "mutant_campaign";
-  const Run fuzz = driftcheck("fuzz --backend " + std::string(mutant->name()) +
-                              " --cases 40 --jobs 2 --out " + out.string());
+  const Outcome fuzz = driftcheck("fuzz --backend " + std::string(mutant->name()) +
+                                  " --cases 40 --jobs 2 --out " + out.string());
   ASSERT_EQ(fuzz.code, 1) << fuzz.err;
   const auto report = nlohmann::json::parse(slurp(out / "report.json"));
   ASSERT_FALSE(report.at("findings").empty());
@@ -121,7 +125,7 @@ TEST(Cli, MutantFindingReplaysFromItsBundleAndFromTheStream) {
   const std::string bundle = (out / f.at("bundle").get<std::string>()).string();
   EXPECT_EQ(driftcheck("replay " + bundle).code, 1);
   EXPECT_EQ(driftcheck("replay " + bundle + " --backend " + std::string(mutant->mutates())).code, 0);
-  const Run stream =
+  const Outcome stream =
       driftcheck("replay --seed 1 --case " + std::to_string(f.at("case_index").get<std::uint64_t>()) +
                  " --op rmsnorm --backend " + std::string(mutant->name()));
   EXPECT_EQ(stream.code, 1) << stream.out;

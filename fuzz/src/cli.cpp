@@ -184,8 +184,11 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
     return kExitClean;
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
-    if (what.empty() || what == "A subcommand is required")
-      what = "a command is required: list, fuzz or replay";
+    // CLI11 reports a missing subcommand before an unknown word, so name the word when there is one.
+    if (what.empty() || what == "A subcommand is required") {
+      what = argc > 1 ? fmt::format("unknown command '{}' (commands: list, fuzz, replay)", argv[1])
+                      : "a command is required: list, fuzz or replay";
+    }
     err << fmt::format("driftcheck: error: {} (driftcheck --help)\n", what);
     return kExitUsage;
   }
