@@ -41,7 +41,7 @@ std::unique_ptr<Backend> make_mutant_rmsnorm_act_accumulation() {
 std::unique_ptr<Backend> make_mutant_rmsnorm_batch_variant_block() {
   return make_rmsnorm_backend(
       mutant_info(rmsnorm_cuda_info(), "mutant.rmsnorm.batch_variant_block",
-                  "rms_norm whose reduction block shrinks from 1024 to 256 threads for batches of 8+ tokens",
+                  "rms_norm whose reduction block shrinks from 1024 to 256 threads for batches of 2+ tokens",
                   "vllm#48271 reduction block size depended on the token count: not batch invariant"),
       rmsnorm_cuda_kernel(), NormBug::kBatchVariantBlock);
 }

@@ -10,9 +10,10 @@ namespace driftcheck::twin {
 
 namespace {
 
-// vllm#48271: the csrc launcher picks the block size from the token count; the real threshold is 256 tokens.
-// The mutant uses 8 so that the small batches of a campaign straddle it (same bug class, findable).
-constexpr std::int64_t kBatchVariantTokens = 8;
+// vllm#48271: the csrc launcher picks the block size from the token count (1024 threads below 256 tokens, 256
+// from there). The mutant switches at 2 tokens instead, so that the oracle's batch-invariance check (a row
+// alone vs in its batch) always straddles the switch: same bug class, findable in small campaign batches.
+constexpr std::int64_t kBatchVariantTokens = 2;
 constexpr int kBatchVariantSmallBlock = 256;
 
 // What one row normalisation needs, resolved once per case.
