@@ -239,7 +239,13 @@ void write_bundle(const std::filesystem::path& dir, const CaseSpec& spec, const 
   reports::write_file_atomic(tmp / "case.json", case_json.dump(2) + "\n");
   write_tensors(tmp / "tensors.bin", pristine);
   reports::write_file_atomic(tmp / "finding.json", finding_json(finding, spec.op).dump(2) + "\n");
+  // Replacing a bundle (drawn case -> shrunk case): the old one moves aside first, so DIR is always a whole
+  // bundle or absent for an instant, never a mix of two.
+  const std::filesystem::path old = dir.string() + ".old";
+  std::filesystem::remove_all(old);
+  if (std::filesystem::exists(dir)) std::filesystem::rename(dir, old);
   std::filesystem::rename(tmp, dir);
+  std::filesystem::remove_all(old);
 }
 
 Bundle read_bundle(const std::filesystem::path& dir) {

@@ -168,15 +168,14 @@ struct Shrunk {
 // Greedy descent of RapidCheck's shrink tree: take the first shrink that still fails with the same verdict
 // and start again from it, until no shrink fails or the step/time budget is spent.
 Shrunk shrink(const Backend& b, Verdict verdict, rc::Shrinkable<CaseSpec> current, Attempt first,
-              std::uint64_t seed, std::uint64_t index, const CampaignOptions& opts) {
-  const auto start = Clock::now();
+              std::uint64_t seed, std::uint64_t index, int max_steps, Clock::time_point deadline) {
+  std::unique_lock lock(rc_mutex);
   Shrunk out{current.value(), std::move(first), 0};
   bool improved = true;
-  while (improved && out.steps < opts.shrink_steps && seconds_since(start) < opts.shrink_seconds) {
+  while (improved && out.steps < max_steps && Clock::now() < deadline) {
     improved = false;
-    std::unique_lock lock(rc_mutex);
     auto candidates = current.shrinks();
-    while (out.steps < opts.shrink_steps && seconds_since(start) < opts.shrink_seconds) {
+    while (out.steps < max_steps && Clock::now() < deadline) {
       auto next = candidates.next();
       if (!next) break;
       const CaseSpec spec = next->value();
@@ -198,8 +197,12 @@ Shrunk shrink(const Backend& b, Verdict verdict, rc::Shrinkable<CaseSpec> curren
 
 struct FindingState {
   reports::FindingReport report;
-  bool bundled = false;
+  bool bundled = false;  // a bundle (drawn or shrunk) is on disk
+  bool shrunk = false;   // the shrink phase has handled it
 };
+
+// A shrink spends at most this long on one finding, so one huge attention case cannot eat the whole phase.
+constexpr double kShrinkSecondsPerFinding = 10.0;
 
 class Campaign {
  public:
@@ -213,19 +216,21 @@ class Campaign {
   json header_args() const;
   void load_journal(const JournalContents& contents);
   void open_journal();
-  void finish_pending_findings();
+  void shrink_phase();
+  void shrink_one(const std::string& signature, Clock::time_point deadline);
   void worker();
   void run_case(std::uint64_t k);
   void judge(const Backend& b, const PreparedCase& p, const rc::Shrinkable<CaseSpec>& drawn, Stats& stats,
              std::vector<std::pair<const Backend*, Outputs>>& outputs);
   void on_failure(const Backend& b, const rc::Shrinkable<CaseSpec>& drawn, const PreparedCase& p,
                   Evaluation e);
-  void save_finding(const std::string& signature, const Backend& b, const rc::Shrinkable<CaseSpec>& drawn,
-                    Attempt first);
+  void save_bundle(const std::string& signature, const Backend& b, const CaseSpec& spec, const Attempt& a,
+                   std::int64_t shrink_steps, bool shrunk);
   void commit(std::uint64_t k, Stats s);
   void checkpoint();
   void monitor();
   double elapsed() const { return elapsed_offset_ + seconds_since(start_); }
+  int jobs() const;
   reports::Report build_report() const;
   void print_summary(const reports::Report& r) const;
   bool out_of_budget(std::uint64_t k) const;
@@ -299,6 +304,7 @@ void Campaign::load_journal(const JournalContents& contents) {
         f.report.bundle = r.at("bundle"), f.report.replay = r.at("replay");
         f.report.detail = r.at("detail"), f.report.worst_ratio = number_from(r.at("worst_ratio"));
         f.report.shrink_steps = r.at("shrink_steps");
+        f.shrunk = r.value("shrunk", false);
       }
     }
   }
@@ -324,23 +330,73 @@ void Campaign::open_journal() {
   next_index_ = watermark_;
 }
 
-// Findings journaled before a kill but never bundled: redraw their case and shrink again.
-void Campaign::finish_pending_findings() {
-  for (auto& [sig, f] : findings_) {
-    if (f.bundled) continue;
-    const Backend* b = opts_.backends->find(f.report.backend);
-    OpKind op;
-    if (b == nullptr || !parse_op(f.report.op, &op)) continue;
-    std::optional<rc::Shrinkable<CaseSpec>> drawn;
-    CaseSpec spec;
-    {
-      std::lock_guard lock(rc_mutex);
-      drawn.emplace(draw_case(op, f.report.seed, f.report.case_index, opts_.gen));
-      spec = drawn->value();
-    }
-    auto first = attempt(*b, spec, f.report.seed, f.report.case_index);
-    if (first && is_failure(first->evaluation.verdict)) save_finding(sig, *b, *drawn, std::move(*first));
+// Shrinking runs after the discovery budget so that finding every bug class fast is never delayed by
+// shrinking the first ones. The first finding of each (backend, verdict) goes first: a minimal repro of a new
+// bug class is worth more than a smaller copy of one already minimised. Findings journaled by a killed run
+// (resume) are handled here too: redrawn from (op, seed, index), bundled and shrunk.
+void Campaign::shrink_phase() {
+  std::vector<std::string> todo, later;
+  std::set<std::string> classes;
+  for (const auto& [sig, f] : findings_) {
+    if (f.shrunk) continue;
+    (classes.insert(f.report.backend + "|" + f.report.verdict).second ? todo : later).push_back(sig);
   }
+  todo.insert(todo.end(), later.begin(), later.end());
+  if (todo.empty()) return;
+  const double budget = opts_.shrink_seconds.value_or(opts_.seconds ? std::max(5.0, 0.25 * *opts_.seconds)
+                                                                    : 3 * kShrinkSecondsPerFinding);
+  if (opts_.log) *opts_.log << fmt::format("shrinking {} findings (budget {:.0f} s)\n", todo.size(), budget);
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget));
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i = next++; i < todo.size() && Clock::now() < deadline; i = next++) {
+      const auto cap = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(kShrinkSecondsPerFinding));
+      try {
+        shrink_one(todo[i], std::min(deadline, cap));
+      } catch (const std::exception& e) {
+        std::lock_guard lock(mu_);
+        internal_errors_.push_back(fmt::format("internal error while shrinking {}: {}", todo[i], e.what()));
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 1; i < jobs(); ++i) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+}
+
+void Campaign::shrink_one(const std::string& signature, Clock::time_point deadline) {
+  reports::FindingReport r;
+  bool bundled = false;
+  {
+    std::lock_guard lock(mu_);
+    r = findings_.at(signature).report, bundled = findings_.at(signature).bundled;
+  }
+  const Backend* b = opts_.backends->find(r.backend);
+  OpKind op;
+  if (b == nullptr || !parse_op(r.op, &op)) return;
+  std::optional<rc::Shrinkable<CaseSpec>> drawn;
+  CaseSpec spec;
+  {
+    std::lock_guard lock(rc_mutex);
+    drawn.emplace(draw_case(op, r.seed, r.case_index, opts_.gen));
+    spec = drawn->value();
+  }
+  auto first = attempt(*b, spec, r.seed, r.case_index);
+  // A failure that does not come back (a nondeterministic backend) keeps the bundle of the drawn case.
+  if (!first || verdict_name(first->evaluation.verdict) != r.verdict) return;
+  if (!bundled) save_bundle(signature, *b, spec, *first, 0, false);
+  const Verdict verdict = first->evaluation.verdict;
+  Shrunk s =
+      shrink(*b, verdict, *drawn, std::move(*first), r.seed, r.case_index, opts_.shrink_steps, deadline);
+  save_bundle(signature, *b, s.spec, s.attempt, s.steps, true);
+}
+
+int Campaign::jobs() const {
+  return opts_.jobs > 0 ? opts_.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 bool Campaign::out_of_budget(std::uint64_t k) const {
@@ -450,8 +506,7 @@ void Campaign::on_failure(const Backend& b, const rc::Shrinkable<CaseSpec>& draw
                 "",
                 stream_replay_command(spec.op, opts_.seed, p.input.index, b.name())};
     first_finding_.emplace(f.report.backend, t);
-    // Journaled before shrinking: a kill during the shrink still leaves the finding (and resume re-shrinks
-    // it).
+    // Journaled at once: a kill before its bundle is written still leaves the finding, which resume bundles.
     journal_->append({{"type", "finding"},
                       {"signature", sig},
                       {"id", f.report.id},
@@ -466,11 +521,16 @@ void Campaign::on_failure(const Backend& b, const rc::Shrinkable<CaseSpec>& draw
                       {"found_after_s", t},
                       {"replay", f.report.replay}});
   }
-  save_finding(sig, b, drawn, Attempt{p, std::move(e)});
+  CaseSpec spec_drawn;
+  {
+    std::lock_guard lock(rc_mutex);
+    spec_drawn = drawn.value();
+  }
+  save_bundle(sig, b, spec_drawn, Attempt{p, std::move(e)}, 0, false);
 }
 
-void Campaign::save_finding(const std::string& signature, const Backend& b,
-                            const rc::Shrinkable<CaseSpec>& drawn, Attempt first) {
+void Campaign::save_bundle(const std::string& signature, const Backend& b, const CaseSpec& spec,
+                           const Attempt& a, std::int64_t shrink_steps, bool shrunk) {
   std::string id;
   std::uint64_t seed = 0, index = 0;
   {
@@ -478,34 +538,32 @@ void Campaign::save_finding(const std::string& signature, const Backend& b,
     const auto& r = findings_.at(signature).report;
     id = r.id, seed = r.seed, index = r.case_index;
   }
-  const Verdict verdict = first.evaluation.verdict;
-  Shrunk s = shrink(b, verdict, drawn, std::move(first), seed, index, opts_);
   const std::string rel = "findings/" + id;
   const auto dir = opts_.out_dir / rel;
   FindingRecord rec{id,
                     std::string(b.name()),
-                    shape_class(s.spec),
+                    shape_class(spec),
                     fmt::format("driftcheck replay {}", dir.string()),
-                    stream_replay_command(s.spec.op, seed, index, b.name()),
+                    stream_replay_command(spec.op, seed, index, b.name()),
                     seed,
                     index,
-                    s.steps,
-                    s.attempt.evaluation};
-  std::filesystem::remove_all(dir);  // a bundle left by a run killed after its rename but before its record
-  write_bundle(dir, s.spec, s.attempt.prepared.input, rec);
+                    shrink_steps,
+                    a.evaluation};
+  write_bundle(dir, spec, a.prepared.input, rec);
   std::lock_guard lock(mu_);
   auto& f = findings_.at(signature);
-  f.bundled = true;
-  f.report.bundle = rel, f.report.replay = rec.replay, f.report.shrink_steps = s.steps;
-  f.report.detail = s.attempt.evaluation.detail, f.report.worst_ratio = s.attempt.evaluation.worst_ratio;
+  f.bundled = true, f.shrunk = shrunk;
+  f.report.bundle = rel, f.report.replay = rec.replay, f.report.shrink_steps = shrink_steps;
+  f.report.detail = a.evaluation.detail, f.report.worst_ratio = a.evaluation.worst_ratio;
   journal_->append({{"type", "bundle"},
                     {"id", id},
                     {"bundle", rel},
                     {"replay", rec.replay},
                     {"detail", f.report.detail},
                     {"worst_ratio", number_json(f.report.worst_ratio)},
-                    {"shrink_steps", s.steps},
-                    {"shrunk_shape_class", rec.shape_class}});
+                    {"shrunk", shrunk},
+                    {"shrink_steps", shrink_steps},
+                    {"bundle_shape_class", rec.shape_class}});
 }
 
 // Cases finish out of order across workers; they fold into `committed_` strictly in index order so a
@@ -559,12 +617,10 @@ CampaignResult Campaign::run() {
   std::filesystem::create_directories(opts_.out_dir / "findings");
   open_journal();
   start_ = Clock::now();
-  finish_pending_findings();
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const int jobs = sel_.ops.empty() ? 0 : (opts_.jobs > 0 ? opts_.jobs : static_cast<int>(hw));
-  live_workers_ = jobs;
+  const int workers = sel_.ops.empty() ? 0 : jobs();
+  live_workers_ = workers;
   std::vector<std::thread> threads;
-  for (int i = 0; i < jobs; ++i) {
+  for (int i = 0; i < workers; ++i) {
     threads.emplace_back([this] {
       worker();
       --live_workers_;
@@ -573,6 +629,7 @@ CampaignResult Campaign::run() {
   monitor();
   for (auto& t : threads) t.join();
   checkpoint();
+  shrink_phase();
   reports::Report report = build_report();
   journal_->append({{"type", "end"}, {"completed", report.cases}, {"exit_code", report.exit_code}});
   reports::write_reports(report, opts_.out_dir);

@@ -17,6 +17,7 @@ struct FuzzArgs {
   std::string backends;
   std::optional<double> seconds;
   std::optional<std::uint64_t> cases;
+  std::optional<double> shrink_seconds;
   std::uint64_t seed = 1;
   int jobs = 0;
   std::string out = "driftcheck-out";
@@ -92,6 +93,7 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
   o.ops = parse_ops(a.ops);
   o.backend_globs = a.backends, o.include_mutants = a.mutants;
   o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs;
+  o.shrink_seconds = a.shrink_seconds;
   o.out_dir = a.out, o.resume = a.resume, o.command_line = command;
   o.log = &err, o.log_is_tty = tty;
   return run_campaign(o).exit_code;
@@ -151,6 +153,9 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
   cmd.add_option("--cases", a.cases, "case budget (total, resumed cases included)")
       ->check(CLI::PositiveNumber)
       ->excludes(secs);
+  cmd.add_option("--shrink-seconds", a.shrink_seconds,
+                 "shrink phase after the budget (default 25% of --seconds, at least 5 s; 0: no shrinking)")
+      ->check(CLI::NonNegativeNumber);
   auto* seed = cmd.add_option("--seed", a.seed, "campaign seed (default 1)");
   cmd.add_option("--jobs", a.jobs, "worker threads (default: one per core)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--out", a.out, "campaign directory (default ./driftcheck-out)");

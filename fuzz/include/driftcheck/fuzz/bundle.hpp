@@ -54,7 +54,7 @@ struct Bundle {
   nlohmann::json finding;  // finding.json as written
 };
 
-// Writes DIR (which must not exist yet) atomically.
+// Writes DIR atomically, replacing a bundle already there.
 void write_bundle(const std::filesystem::path& dir, const CaseSpec& spec, const Case& pristine,
                   const FindingRecord& finding);
 Bundle read_bundle(const std::filesystem::path& dir);

@@ -2,11 +2,12 @@
 //
 // Case k of seed s is draw_case(ops[k % ops.size()], s, k): replayable alone with the op, seed and index.
 // Worker threads take case indices from an atomic counter; each case is prepared once (reference + baseline)
-// and judged for every selected backend of its op. A failing case is shrunk (RapidCheck's shrink tree, first
-// shrink that still fails with the same verdict, repeated within a step budget), deduplicated by (op,
-// backend, verdict, shape class of the drawn case) and saved as a repro bundle. Everything is journaled
-// (journal.hpp) so a killed campaign resumes where its last checkpoint says, and ends with report.json /
-// report.md (reports/report.hpp).
+// and judged for every selected backend of its op. A failing case is deduplicated by (op, backend, verdict,
+// shape class of the drawn case), journaled and saved at once as a repro bundle of the drawn case. After the
+// discovery budget, a shrink phase (its own budget) replaces bundles with shrunk ones: RapidCheck's shrink
+// tree, first shrink that still fails with the same verdict, repeated within a step budget. Everything is
+// journaled (journal.hpp) so a killed campaign resumes where its last checkpoint says, and ends with
+// report.json / report.md (reports/report.hpp).
 #pragma once
 
 #include <cstdint>
@@ -43,12 +44,12 @@ struct CampaignOptions {
   int jobs = 0;  // 0: one per hardware thread
   std::filesystem::path out_dir = "driftcheck-out";
   bool resume = false;
-  int shrink_steps = 200;           // evaluations a shrink may spend
-  double shrink_seconds = 10.0;     // and wall time
-  double checkpoint_seconds = 2.0;  // progress records in the journal
-  std::string command_line;         // recorded in the report
-  std::ostream* log = nullptr;      // progress line and summary (nullptr: silent)
-  bool log_is_tty = false;          // refresh the progress line in place
+  int shrink_steps = 200;                // evaluations the shrink of one finding may spend
+  std::optional<double> shrink_seconds;  // shrink phase after discovery; default 25% of seconds (>= 5 s)
+  double checkpoint_seconds = 2.0;       // progress records in the journal
+  std::string command_line;              // recorded in the report
+  std::ostream* log = nullptr;           // progress line and summary (nullptr: silent)
+  bool log_is_tty = false;               // refresh the progress line in place
   GenOptions gen;
   const Registry* backends = nullptr;  // nullptr: the built-in registry()
 };

@@ -1,0 +1,113 @@
+// Campaign throughput and memory: runs the default campaign (all ops, every available non-mutant backend,
+// each case's reference prepared once and shared by all backends of its op) through the campaign API and
+// prints backend-case checks per second overall, per op (reference time per case) and per backend (time per
+// check), plus peak RSS (VmHWM) at the start and after every segment. A long run is split into segments
+// resumed from the journal, so the VmHWM column shows whether memory stays flat while cases, findings and
+// statistics accumulate.
+//
+//   campaign_bench [--seconds N] [--segments K] [--jobs J] [--small] [--mutants]
+//   campaign_bench --long        # 10 segments of 60 s: the 10-minute memory check
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+#include "driftcheck/fuzz/campaign.hpp"
+
+namespace {
+
+using driftcheck::fuzz::CampaignOptions;
+
+// Peak resident set size in kB, from the kernel's own accounting.
+long vm_hwm_kb() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  return -1;
+}
+
+struct Args {
+  double seconds = 10;
+  int segments = 1;
+  int jobs = 0;
+  bool small = false;
+  bool mutants = false;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--seconds" && has_value)
+      a.seconds = std::atof(argv[++i]);
+    else if (arg == "--segments" && has_value)
+      a.segments = std::atoi(argv[++i]);
+    else if (arg == "--jobs" && has_value)
+      a.jobs = std::atoi(argv[++i]);
+    else if (arg == "--small")
+      a.small = true;
+    else if (arg == "--mutants")
+      a.mutants = true;
+    else if (arg == "--long")
+      a.seconds = 60, a.segments = 10;
+    else {
+      std::fprintf(stderr,
+                   "usage: campaign_bench [--seconds N] [--segments K] [--jobs J] [--small] [--mutants] "
+                   "[--long]\n");
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+void print_breakdown(const driftcheck::reports::Report& r) {
+  std::printf("\n%-28s %8s %14s\n", "op", "cases", "reference ms");
+  for (const auto& o : r.ops)
+    std::printf("%-28s %8lld %14.3f\n", o.op.c_str(), static_cast<long long>(o.cases),
+                o.cases ? 1e3 * o.reference_seconds / static_cast<double>(o.cases) : 0.0);
+  std::printf("\n%-32s %8s %10s %12s\n", "backend", "checks", "unsupp", "ms/check");
+  for (const auto& b : r.backends)
+    std::printf("%-32s %8lld %10lld %12.3f\n", b.name.c_str(), static_cast<long long>(b.cases_run),
+                static_cast<long long>(b.unsupported),
+                b.cases_run ? 1e3 * b.check_seconds / static_cast<double>(b.cases_run) : 0.0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  const auto dir = std::filesystem::temp_directory_path() / "driftcheck_campaign_bench";
+  std::filesystem::remove_all(dir);
+  std::printf("VmHWM at start: %ld kB\n", vm_hwm_kb());
+  std::printf("%8s %10s %10s %12s %10s %12s\n", "segment", "cases", "checks", "checks/s", "findings",
+              "VmHWM kB");
+  driftcheck::reports::Report last;
+  for (int s = 0; s < a.segments; ++s) {
+    CampaignOptions o;
+    o.seconds = a.seconds * (s + 1);  // the budget is the campaign's total: each segment adds a.seconds
+    o.jobs = a.jobs;
+    o.include_mutants = a.mutants;
+    o.gen.large_shapes = !a.small;
+    o.out_dir = dir;
+    o.resume = s > 0;
+    o.shrink_seconds = 0;  // throughput of checking, not of shrinking
+    o.checkpoint_seconds = 5;
+    const auto before_checks = last.checks;
+    const double before_seconds = last.seconds;
+    last = driftcheck::fuzz::run_campaign(o).report;
+    const double secs = last.seconds - before_seconds;
+    std::printf("%8d %10lld %10lld %12.1f %10zu %12ld\n", s + 1, static_cast<long long>(last.cases),
+                static_cast<long long>(last.checks), static_cast<double>(last.checks - before_checks) / secs,
+                last.findings.size(), vm_hwm_kb());
+  }
+  print_breakdown(last);
+  std::printf("\ntotal: %lld checks in %.1f s = %.1f backend-case checks/s (%s shapes, %d jobs)\n",
+              static_cast<long long>(last.checks), last.seconds,
+              static_cast<double>(last.checks) / last.seconds, a.small ? "small" : "default", a.jobs);
+  std::printf("VmHWM at end: %ld kB\n", vm_hwm_kb());
+  std::filesystem::remove_all(dir);
+  return 0;
+}
