@@ -72,7 +72,7 @@ class Tensor {
   bool is_contiguous() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
 
-  // Storage index of a multi-index (checked against the shape in debug and by at()).
+  // Storage index of a multi-index; throws InvalidArgument for a wrong rank or an index outside the shape.
   std::int64_t index(std::span<const std::int64_t> idx) const;
   std::int64_t index(std::initializer_list<std::int64_t> idx) const {
     return index(std::span(idx.begin(), idx.size()));
