@@ -10,6 +10,7 @@
 // for attention the softmax-weighted magnitude of V that every perturbation of the weights is multiplied by.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <span>
 
@@ -25,8 +26,24 @@ double gamma(std::int64_t n, double u) {
   return nu / (1.0 - nu);
 }
 
+// x rounded once to nearest-even in t. Values inside bf16's or fp16's normal range take a fast path on the
+// double's bits (dropping the low mantissa bits with a round-half-even carry is exactly RNE, since x itself
+// is exact); fp32 rounds in hardware; everything else (subnormals, overflow, fp8) goes through round_to.
 double rnd(DType t, double x) {
-  return round_to(t, x);
+  if (t == DType::kF32) return static_cast<double>(static_cast<float>(x));
+  const int drop = t == DType::kBF16 ? 52 - 7 : t == DType::kF16 ? 52 - 10 : 0;
+  const double lo = t == DType::kBF16 ? 0x1p-126 : 0x1p-14;
+  const double hi = t == DType::kBF16 ? 0x1.fep127 : 65504.0;
+  const double a = std::fabs(x);
+  if (drop == 0 || !(a >= lo && a <= hi)) return round_to(t, x);
+  std::uint64_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  const std::uint64_t mask = (std::uint64_t{1} << drop) - 1;
+  u += (mask >> 1) + ((u >> drop) & 1u);
+  u &= ~mask;
+  double r = 0;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
 }
 
 Tensor f64_tensor(const Shape& shape, const std::vector<double>& v) {
@@ -98,7 +115,10 @@ void model_row(const NormRow& row, DType act, bool residual, std::span<double> b
   const double sr = exact_scale(zr, row.eps);
   for (std::size_t i = 0; i < row.z.size(); ++i) {
     const double y = row.z[i] * s * row.w[i];
-    base[i] = rel * std::fabs(y) + (residual ? std::fabs(zr[i] * sr * row.w[i] - y) : 0.0);
+    // fp32 products that land in fp32's subnormal range (fp32 and bf16 activations) round with an absolute
+    // error up to 2^-150 each: z * s (then scaled by the weight) and the product with the weight.
+    base[i] = rel * std::fabs(y) + (residual ? std::fabs(zr[i] * sr * row.w[i] - y) : 0.0) +
+              (std::fabs(row.w[i]) + 1) * 0x1p-150;
     const double pre = std::fabs(row.z[i] * s) * (1 + rel + 2 * unit_roundoff(act));
     inter[i] = std::fabs(row.w[i]) * 0.5 * ulp(act, pre);
   }
@@ -235,15 +255,22 @@ struct Attn {
   double softcap(double x) const { return p.softcap > 0 ? p.softcap * std::tanh(x / p.softcap) : x; }
 };
 
-// Calls f(token, head, q row (stored values), keys, values, [lo, hi)) for every query row and head.
+// Calls f(token, head, q row, keys, values, [lo, hi)) for every query row and head. Keys and values are
+// dequantised (times k_scale / v_scale) once per sequence and kv head, and rounded to the activation dtype
+// when `round_to_act` (the naive baseline's dequantisation).
 template <class F>
-void for_each_row(const Attn& a, F&& f) {
+void for_each_row(const Attn& a, bool round_to_act, F&& f) {
   const Tensor& q = a.c.tensor("q");
   std::vector<double> qrow(static_cast<std::size_t>(a.p.head_dim));
+  const auto dequant = [&](std::vector<double> x, double scale) {
+    for (auto& e : x) e = round_to_act ? rnd(a.act, e * scale) : e * scale;
+    return x;
+  };
   for (std::int64_t s = 0; s < a.seqs; ++s) {
     const std::int64_t len = a.seq_len(s), start = a.q_start(s), ql = a.q_start(s + 1) - start;
     for (std::int64_t g = 0; g < a.p.num_kv_heads; ++g) {
-      const auto k = a.keys("k_cache", s, len, g), v = a.keys("v_cache", s, len, g);
+      const auto k = dequant(a.keys("k_cache", s, len, g), a.p.k_scale);
+      const auto v = dequant(a.keys("v_cache", s, len, g), a.p.v_scale);
       for (std::int64_t j = 0; j < ql; ++j) {
         const auto [lo, hi] = a.visible(len, ql, j);
         for (std::int64_t h = g * a.group; h < (g + 1) * a.group; ++h) {
@@ -284,35 +311,38 @@ Outputs naive_attention(const Case& c) {
   const Attn& a = out.a;
   const std::size_t dim = static_cast<std::size_t>(a.p.head_dim);
   auto r = [&](double x) { return rnd(a.act, x); };
-  for_each_row(a, [&](std::int64_t t, std::int64_t h, const std::vector<double>& q,
-                      const std::vector<double>& k, const std::vector<double>& v, std::int64_t lo,
-                      std::int64_t hi) {
-    const bool sink = a.p.has_sinks;
-    if (hi <= lo && !sink) return;
-    std::vector<double> logit;
-    double m = sink ? r(a.sinks[static_cast<std::size_t>(h)]) : -std::numeric_limits<double>::infinity();
-    for (std::int64_t key = lo; key < hi; ++key) {
-      float dot = 0;
-      for (std::size_t d = 0; d < dim; ++d)
-        dot += static_cast<float>(q[d] * r(k[static_cast<std::size_t>(key) * dim + d] * a.p.k_scale));
-      logit.push_back(r(a.softcap(r(static_cast<double>(dot) * a.p.scale))));
-      m = std::max(m, logit.back());
-    }
-    float sum = sink ? static_cast<float>(r(std::exp(r(a.sinks[static_cast<std::size_t>(h)] - m)))) : 0.0f;
-    for (auto& l : logit) {
-      l = r(std::exp(r(l - m)));
-      sum += static_cast<float>(l);
-    }
-    const double denom = r(sum);
-    for (std::size_t d = 0; d < dim; ++d) {
-      float acc = 0;
-      for (std::int64_t key = lo; key < hi; ++key)
-        acc += static_cast<float>(r(logit[static_cast<std::size_t>(key - lo)] / denom) *
-                                  r(v[static_cast<std::size_t>(key) * dim + d] * a.p.v_scale));
-      out.o[out.row(t, h) * dim + d] = r(acc);
-    }
-    out.lse[out.row(t, h)] = static_cast<float>(m + std::log(static_cast<double>(sum)));
-  });
+  for_each_row(
+      a, true,
+      [&](std::int64_t t, std::int64_t h, const std::vector<double>& q, const std::vector<double>& k,
+          const std::vector<double>& v, std::int64_t lo, std::int64_t hi) {
+        const bool sink = a.p.has_sinks;
+        if (hi <= lo && !sink) return;
+        std::vector<double> logit;
+        double m = sink ? r(a.sinks[static_cast<std::size_t>(h)]) : -std::numeric_limits<double>::infinity();
+        for (std::int64_t key = lo; key < hi; ++key) {
+          float dot = 0;
+          for (std::size_t d = 0; d < dim; ++d)
+            dot += static_cast<float>(q[d] * k[static_cast<std::size_t>(key) * dim + d]);
+          logit.push_back(r(a.softcap(r(static_cast<double>(dot) * a.p.scale))));
+          m = std::max(m, logit.back());
+        }
+        float sum =
+            sink ? static_cast<float>(r(std::exp(r(a.sinks[static_cast<std::size_t>(h)] - m)))) : 0.0f;
+        for (auto& l : logit) {
+          l = r(std::exp(r(l - m)));
+          sum += static_cast<float>(l);
+        }
+        const double denom = r(sum);
+        for (auto& l : logit) l = r(l / denom);
+        for (std::size_t d = 0; d < dim; ++d) {
+          float acc = 0;
+          for (std::int64_t key = lo; key < hi; ++key)
+            acc += static_cast<float>(logit[static_cast<std::size_t>(key - lo)] *
+                                      v[static_cast<std::size_t>(key) * dim + d]);
+          out.o[out.row(t, h) * dim + d] = r(acc);
+        }
+        out.lse[out.row(t, h)] = static_cast<float>(m + std::log(static_cast<double>(sum)));
+      });
   return out.finish();
 }
 
@@ -334,10 +364,11 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
   const auto ref_o = ref.at("o").to_f64(), ref_l = ref.at("lse").to_f64();
   const auto nv_o = naive.at("o").to_f64(), nv_l = naive.at("lse").to_f64();
   for_each_row(
-      a, [&](std::int64_t t, std::int64_t h, const std::vector<double>& q, const std::vector<double>& k,
-             const std::vector<double>& v, std::int64_t lo, std::int64_t hi) {
+      a, false,
+      [&](std::int64_t t, std::int64_t h, const std::vector<double>& q, const std::vector<double>& k,
+          const std::vector<double>& v, std::int64_t lo, std::int64_t hi) {
         const std::size_t row = static_cast<std::size_t>(t * a.p.num_q_heads + h);
-        const double ks = std::fabs(a.p.scale * a.p.k_scale);
+        const double ks = std::fabs(a.p.scale);
         double g_max = 0, s_max = 0,
                m = a.p.has_sinks ? a.sinks[static_cast<std::size_t>(h)]
                                  : -std::numeric_limits<double>::infinity(),
@@ -351,7 +382,7 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
             dot += q[d] * kd;
             mag += std::fabs(q[d] * kd);
           }
-          logit.push_back(a.softcap(a.p.scale * a.p.k_scale * dot));
+          logit.push_back(a.softcap(a.p.scale * dot));
           g_max = std::max(g_max, ks * mag);
           s_max = std::max(s_max, std::fabs(logit.back()));
           m = std::max(m, logit.back());
@@ -365,7 +396,7 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
         for (std::size_t d = 0; d < dim; ++d) {
           double mw = 0, vmax = 0;
           for (std::int64_t key = lo; key < hi; ++key) {
-            const double vd = std::fabs(v[static_cast<std::size_t>(key) * dim + d] * a.p.v_scale);
+            const double vd = std::fabs(v[static_cast<std::size_t>(key) * dim + d]);
             mw += logit[static_cast<std::size_t>(key - lo)] / z * vd;
             vmax = std::max(vmax, vd);
           }

@@ -5,6 +5,7 @@
 // Irwin-Hall sums of four 16-bit uniforms (exact sums, no libm call), not std::normal_distribution
 // (implementation-defined).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -116,19 +117,29 @@ std::vector<double> draw_values(Distribution d, DType t, std::int64_t rows, std:
   return v;
 }
 
-// Guard bands and unwritten outputs hold values no correct computation produces: NaN, +-inf (max finite where
-// the format has no infinity) and +-max finite.
-void poison_storage(Storage& s, ValueRng& rng) {
-  for (std::int64_t i = 0; i < s.numel(); ++i) {
-    if (s.dtype == DType::kI32) {
-      s.store_bits(i, 0x7fffffffu - rng.below(16));
-      continue;
-    }
-    static constexpr double kInf = std::numeric_limits<double>::infinity();
-    const double choices[] = {std::numeric_limits<double>::quiet_NaN(), kInf, -kInf, format_max(s.dtype),
-                              -format_max(s.dtype)};
-    s.store(i, choices[rng.below(5)]);  // kIeee: inf becomes NaN in fp8 formats without inf
+// Guard bands, unwritten outputs and unused KV slots hold values no correct computation produces: NaN, +-inf
+// (NaN in the fp8 formats without infinities) and +-max finite. Encoded once per dtype, then stored by bits.
+std::array<std::uint64_t, 5> poison_codes(DType t) {
+  std::array<std::uint64_t, 5> codes{};
+  Storage tmp(t, 5);
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
+  const double big = t == DType::kI32 ? 2147483647.0 : format_max(t);
+  const double values[] = {t == DType::kI32 ? -2147483647.0 : std::numeric_limits<double>::quiet_NaN(),
+                           t == DType::kI32 ? big - 1 : kInf, t == DType::kI32 ? -big : -kInf, big, -big + 1};
+  for (std::size_t k = 0; k < codes.size(); ++k) {
+    tmp.store(static_cast<std::int64_t>(k), values[k]);
+    codes[k] = tmp.load_bits(static_cast<std::int64_t>(k));
   }
+  return codes;
+}
+
+// A cycle through the five codes from a drawn phase: cheap for the large KV caches, and every code appears in
+// every run of five neighbours.
+void poison_storage(Storage& s, ValueRng& rng) {
+  const auto codes = poison_codes(s.dtype);
+  const std::uint64_t phase = rng.below(codes.size());
+  for (std::int64_t i = 0; i < s.numel(); ++i)
+    s.store_bits(i, codes[(static_cast<std::uint64_t>(i) + phase) % codes.size()]);
 }
 
 // Guard elements on each side of a storage: one full row plus a little, so an off-by-one-row write or a write
@@ -269,37 +280,35 @@ Tensor make_block_table(const Paging& pg, ValueRng& poison) {
   return t;
 }
 
-// KV values are drawn for every slot, stored with the fp8 formats' saturating quantisation (value / scale, as
-// vLLM's quantised cache writes do), then every slot no sequence owns is overwritten with poison.
+// KV values are drawn for the slots the sequences own (in order of sequences and tokens) and stored with the
+// fp8 formats' saturating quantisation (value / scale, as vLLM's quantised cache writes do); every other slot
+// keeps the poison make_padded wrote.
 Tensor make_cache(const CaseSpec& s, const Paging& pg, double scale, Distribution d, Stream stream,
                   ValueRng& poison) {
   const auto& p = std::get<AttentionParams>(s.params);
   const std::int64_t slot = p.num_kv_heads * p.head_dim;
   Tensor t =
       make_padded(s.kv_dtype, {pg.total, p.block_size, p.num_kv_heads, p.head_dim}, 0, s.base_offset, poison);
-  ValueRng r(s.value_seed, stream);
-  const double mag =
-      is_fp8(s.kv_dtype) ? format_max(s.kv_dtype) * 0.5 : std::min(format_max(s.act_dtype) * 0.5, 0x1p64);
-  auto v = draw_values(d, s.act_dtype, pg.total * p.block_size, slot, mag, r);
-  const double inv = is_fp8(s.kv_dtype) && d != Distribution::kNearMax ? 1.0 / scale : 1.0;
-  for (auto& x : v) x *= inv;
-  t.copy_from(v, Overflow::kSaturate);
-  std::vector<bool> live(static_cast<std::size_t>(pg.total * p.block_size), false);
+  std::vector<std::int64_t> live;
   std::size_t next = 0;
   for (std::size_t q = 0; q < s.seq_lens.size(); ++q) {
-    for (std::int64_t tok = 0; tok < s.seq_lens[q]; ++tok) {
-      const auto phys = pg.placement[next + static_cast<std::size_t>(tok / p.block_size)];
-      live[static_cast<std::size_t>(phys * p.block_size + tok % p.block_size)] = true;
-    }
+    for (std::int64_t tok = 0; tok < s.seq_lens[q]; ++tok)
+      live.push_back(pg.placement[next + static_cast<std::size_t>(tok / p.block_size)] * p.block_size +
+                     tok % p.block_size);
     next += static_cast<std::size_t>(pg.blocks_per_seq[q]);
   }
-  static constexpr double kInf = std::numeric_limits<double>::infinity();
-  const double poisons[] = {std::numeric_limits<double>::quiet_NaN(), kInf, -kInf, format_max(s.kv_dtype)};
+  ValueRng r(s.value_seed, stream);
+  const bool fp8 = is_fp8(s.kv_dtype);
+  const double mag = fp8 ? format_max(s.kv_dtype) * 0.5 : std::min(format_max(s.act_dtype) * 0.5, 0x1p64);
+  const auto v = draw_values(d, s.act_dtype, static_cast<std::int64_t>(live.size()), slot, mag, r);
+  const double inv = fp8 && d != Distribution::kNearMax ? 1.0 / scale : 1.0;
+  Storage& st = *t.storage();
   for (std::size_t k = 0; k < live.size(); ++k) {
-    if (live[k]) continue;
+    // make_padded with no row padding is contiguous: element e of slot n is at offset + n * slot + e.
+    const std::int64_t base = t.offset() + live[k] * slot;
     for (std::int64_t e = 0; e < slot; ++e)
-      t.storage()->store(t.index_of_linear(static_cast<std::int64_t>(k) * slot + e),
-                         poisons[poison.below(4)]);
+      st.store(base + e, v[k * static_cast<std::size_t>(slot) + static_cast<std::size_t>(e)] * inv,
+               Overflow::kSaturate);
   }
   return t;
 }

@@ -1,0 +1,376 @@
+// The oracle: each verdict is produced by a hand-made fault, the tolerance derivation holds on worked
+// examples, and the tolerance is tight enough to catch one extra rounding yet loose enough for a correct fp32
+// kernel.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <memory>
+
+#include "driftcheck/fuzz/oracle.hpp"
+#include "driftcheck/fuzz/spec.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+// A backend made of a function, for faults built by hand.
+class FnBackend : public Backend {
+ public:
+  FnBackend(OpKind op, std::function<void(Case&)> fn, Numerics n = {})
+      : op_(op), fn_(std::move(fn)), numerics_(n) {}
+  std::string_view name() const override { return "test.fn"; }
+  std::string_view description() const override { return "hand-made test backend"; }
+  BackendKind kind() const override { return BackendKind::kCpu; }
+  OpKind op() const override { return op_; }
+  Support supports(const Case&) const override { return Support::yes(); }
+  void run(Case& c) const override { fn_(c); }
+  Numerics numerics() const override { return numerics_; }
+
+ private:
+  OpKind op_;
+  std::function<void(Case&)> fn_;
+  Numerics numerics_;
+};
+
+// The ideal kernel: the fp64 reference rounded once into each output.
+void write_reference(Case& c) {
+  const Outputs ref = reference(c);
+  for (const auto& [name, t] : ref) c.tensor(name).copy_from(t.to_f64());
+}
+
+CaseSpec rms_spec() {
+  CaseSpec s;
+  s.op = OpKind::kRmsNorm;
+  s.params = RmsNormParams{1e-6, WeightMode::kPlain, false};
+  s.rows = 4;
+  s.hidden = 96;
+  s.row_pad = 3;
+  s.base_offset = 2;
+  s.value_seed = 5;
+  return s;
+}
+
+CaseSpec attn_spec() {
+  CaseSpec s;
+  s.op = OpKind::kAttention;
+  AttentionParams p;
+  p.num_q_heads = 4;
+  p.num_kv_heads = 1;
+  p.head_dim = 32;
+  p.block_size = 16;
+  p.scale = 1.0 / std::sqrt(32.0);
+  s.params = p;
+  s.query_lens = {1, 3};
+  s.seq_lens = {20, 33};
+  s.spare_blocks = 1;
+  s.value_seed = 3;
+  return s;
+}
+
+Evaluation judge(const CaseSpec& s, const std::function<void(Case&)>& fn, Numerics n = {}) {
+  const PreparedCase pc = prepare(materialize(s));
+  return evaluate(FnBackend(s.op, fn, n), pc);
+}
+
+void bump(Tensor& t, std::initializer_list<std::int64_t> idx, int ulps) {
+  double v = t.at(idx);
+  for (int k = 0; k < ulps; ++k) v = next_up(t.dtype(), v);
+  t.set(idx, v);
+}
+
+TEST(Oracle, IdealKernelPasses) {
+  for (const CaseSpec& s : {rms_spec(), attn_spec()}) {
+    const Evaluation ev = judge(s, write_reference);
+    EXPECT_EQ(ev.verdict, Verdict::kPass) << ev.detail;
+    EXPECT_LE(ev.worst_ratio, 1.0);
+    EXPECT_FALSE(ev.outputs.empty());
+  }
+}
+
+TEST(Oracle, ThrowingBackendIsAnError) {
+  const Evaluation ev = judge(rms_spec(), [](Case&) { throw BackendError("launch failed"); });
+  EXPECT_EQ(ev.verdict, Verdict::kError);
+  EXPECT_EQ(ev.detail, "launch failed");
+}
+
+TEST(Oracle, WriteOutsideTheOutputIsAGuardViolation) {
+  const Evaluation ev = judge(rms_spec(), [](Case& c) {
+    write_reference(c);
+    Tensor& y = c.tensor("y");
+    y.storage()->store(y.index({0, 95}) + 1, 0.5);  // the row padding after row 0
+  });
+  EXPECT_EQ(ev.verdict, Verdict::kGuardViolation) << ev.detail;
+  EXPECT_NE(ev.detail.find("'y'"), std::string::npos) << ev.detail;
+}
+
+TEST(Oracle, ModifiedInputIsReported) {
+  const Evaluation ev = judge(rms_spec(), [](Case& c) {
+    write_reference(c);
+    c.tensor("x").set({1, 1}, 0.0);
+  });
+  EXPECT_EQ(ev.verdict, Verdict::kInputModified) << ev.detail;
+}
+
+TEST(Oracle, InPlaceOutputMayOverwriteItsInput) {
+  CaseSpec s = rms_spec();
+  s.inplace_output = true;
+  auto p = std::get<RmsNormParams>(s.params);
+  p.residual = true;
+  s.params = p;
+  EXPECT_EQ(judge(s, write_reference).verdict, Verdict::kPass);
+}
+
+TEST(Oracle, NanWhereTheReferenceIsFinite) {
+  const Evaluation ev = judge(attn_spec(), [](Case& c) {
+    write_reference(c);
+    c.tensor("o").set({2, 1, 7}, std::nan(""));
+  });
+  EXPECT_EQ(ev.verdict, Verdict::kNanMismatch);
+  EXPECT_NE(ev.detail.find("o[2, 1, 7]"), std::string::npos) << ev.detail;
+}
+
+TEST(Oracle, InfinityWhereTheReferenceIsFinite) {
+  const Evaluation ev = judge(rms_spec(), [](Case& c) {
+    write_reference(c);
+    c.tensor("y").set({3, 0}, INFINITY);
+  });
+  EXPECT_EQ(ev.verdict, Verdict::kInfMismatch) << ev.detail;
+}
+
+TEST(Oracle, UnwrittenOutputKeepsPoisonAndFails) {
+  const Evaluation ev = judge(rms_spec(), [](Case&) {});
+  EXPECT_TRUE(ev.verdict == Verdict::kNanMismatch || ev.verdict == Verdict::kInfMismatch ||
+              ev.verdict == Verdict::kBeyondTolerance)
+      << verdict_name(ev.verdict);
+}
+
+TEST(Oracle, BeyondToleranceNamesOutputIndexValueReferenceTolerance) {
+  const Evaluation ev = judge(rms_spec(), [](Case& c) {
+    write_reference(c);
+    bump(c.tensor("y"), {2, 40}, 3);
+  });
+  ASSERT_EQ(ev.verdict, Verdict::kBeyondTolerance);
+  EXPECT_NE(ev.detail.find("y[2, 40]: "), std::string::npos) << ev.detail;
+  EXPECT_NE(ev.detail.find("vs reference"), std::string::npos) << ev.detail;
+  EXPECT_NE(ev.detail.find("x tolerance"), std::string::npos) << ev.detail;
+  const OutputMetrics& m = ev.metrics.front();
+  EXPECT_EQ(m.worst_index, (std::vector<std::int64_t>{2, 40}));
+  EXPECT_GT(m.worst_ratio, 1.0);
+  EXPECT_GE(m.max_ulps, 2.5);
+  EXPECT_LT(std::fabs(m.mean_signed_ulps), 0.5);  // one element off: no bias over the output
+  EXPECT_GT(m.share_beyond, 0.0);
+  EXPECT_LT(m.share_beyond, 0.01);
+}
+
+TEST(Oracle, ConcatMustBeBitExact) {
+  CaseSpec s;
+  s.op = OpKind::kConcat;
+  s.params = ConcatParams{};
+  s.rows = 3;
+  s.hidden = 5;
+  s.hidden_b = 7;
+  s.row_pad = 2;
+  EXPECT_EQ(judge(s, write_reference).verdict, Verdict::kPass);
+  const Evaluation ev = judge(s, [](Case& c) {
+    write_reference(c);
+    bump(c.tensor("out"), {1, 6}, 1);
+  });
+  EXPECT_EQ(ev.verdict, Verdict::kNotExact) << ev.detail;
+  EXPECT_NE(ev.detail.find("out[1, 6]"), std::string::npos) << ev.detail;
+}
+
+TEST(Oracle, SecondRunDiffersIsNondeterministic) {
+  auto runs = std::make_shared<std::atomic<int>>(0);
+  const Evaluation ev = judge(rms_spec(), [runs](Case& c) {
+    write_reference(c);
+    if ((*runs)++ == 1) c.tensor("y").set({0, 0}, next_up(c.tensor("y").dtype(), c.tensor("y").at({0, 0})));
+  });
+  EXPECT_EQ(ev.verdict, Verdict::kNondeterministic) << ev.detail;
+  Numerics n;
+  n.deterministic = false;  // a backend that declares it is not deterministic is not held to it
+  n.batch_invariant = false;
+  *runs = 0;
+  EXPECT_EQ(judge(
+                rms_spec(),
+                [runs](Case& c) {
+                  write_reference(c);
+                  if ((*runs)++ == 1) bump(c.tensor("y"), {0, 0}, 1);
+                },
+                n)
+                .verdict,
+            Verdict::kPass);
+}
+
+TEST(Oracle, RowDependingOnBatchSizeIsBatchVariant) {
+  const Evaluation ev = judge(rms_spec(), [](Case& c) {
+    write_reference(c);
+    if (c.tensor("y").size(0) == 1) bump(c.tensor("y"), {0, 3}, 1);
+  });
+  EXPECT_EQ(ev.verdict, Verdict::kBatchVariant) << ev.detail;
+}
+
+TEST(Oracle, ResultDependingOnBlockPlacementIsBlockPermutationVariant) {
+  // lse carries fp32 error budget of many ulps, so a 1-ulp dependence on the physical block passes the
+  // tolerance and only the permutation contract sees it.
+  const Evaluation ev = judge(attn_spec(), [](Case& c) {
+    write_reference(c);
+    if (c.tensor("block_table").at({0, 0}) != 0) bump(c.tensor("lse"), {0, 0}, 1);
+  });
+  EXPECT_EQ(ev.verdict, Verdict::kBlockPermutationVariant) << ev.detail;
+}
+
+TEST(Oracle, UnsupportedIsNotAFailure) {
+  EXPECT_FALSE(is_failure(Verdict::kUnsupported));
+  EXPECT_FALSE(is_failure(Verdict::kPass));
+  EXPECT_TRUE(is_failure(Verdict::kBeyondTolerance));
+  EXPECT_EQ(verdict_name(Verdict::kBlockPermutationVariant), "block_permutation_variant");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The tolerance formula on worked examples (docs/ORACLE.md).
+
+TEST(Tolerance, WorkedExamples) {
+  ErrorModel m;
+  m.dtype = DType::kBF16;
+  m.base = {0.0};
+  m.intermediate = {0x1p-8};
+  Numerics one;
+  // One rounding at 1.0: half an ulp of bf16 (ulp(1) = 2^-7).
+  EXPECT_EQ(tolerance(m, one, 0, 1.0), 0x1p-8);
+  // Two roundings: the intermediate term (|w| * 0.5 ulp(|z s|) = 2^-8 here) plus half an ulp at 1 + 2^-8.
+  Numerics two;
+  two.output_roundings = 2;
+  EXPECT_EQ(tolerance(m, two, 0, 1.0), 0x1p-8 + 0x1p-8);
+  // FlashAttention's rule: twice the baseline error when that is larger.
+  m.baseline = {0.1};
+  EXPECT_EQ(tolerance(m, one, 0, 1.0), 0.2);
+  m.exact = true;
+  EXPECT_EQ(tolerance(m, one, 0, 1.0), 0.0);
+}
+
+TEST(Tolerance, RmsNormModelOnOneElement) {
+  // x = 3, w = 1.5, eps = 0: y = 3 / sqrt(9) * 1.5 = 1.5. H = 1: gamma_1 = u32 / (1 - u32).
+  Case c;
+  c.op = OpKind::kRmsNorm;
+  c.params = RmsNormParams{0.0, WeightMode::kPlain, false};
+  c.tensors["x"] = Tensor::padded(DType::kBF16, {1, 1}, 1, 0, 2);
+  c.tensors["w"] = Tensor::padded(DType::kBF16, {1}, 1, 0, 2);
+  c.tensors["y"] = Tensor::padded(DType::kBF16, {1, 1}, 1, 0, 2);
+  c.tensor("x").set({0, 0}, 3.0);
+  c.tensor("w").set({0}, 1.5);
+  const PreparedCase pc = prepare(c);
+  const ErrorModel& m = pc.model.at("y");
+  const double u32 = 0x1p-24, rel = 0.5 * u32 / (1 - u32) + 10 * u32;
+  EXPECT_DOUBLE_EQ(m.base[0], rel * 1.5 + 2.5 * 0x1p-150);
+  EXPECT_DOUBLE_EQ(m.intermediate[0], 1.5 * 0.5 * 0x1p-7);  // z s = 1: ulp 2^-7
+  EXPECT_DOUBLE_EQ(tolerance(m, Numerics{}, 0, 1.5), m.base[0] + 0x1p-8);
+}
+
+// A correct fp32 kernel with one final rounding, and the same kernel rounding x * s first (the
+// weight-rounding point bug of vLLM #42325 / #49616): the tolerance accepts the first on every case, and
+// catches the second unless it declares its two roundings.
+void fp32_rmsnorm(Case& c, bool round_twice) {
+  const auto& p = c.get<RmsNormParams>();
+  const Tensor& x = c.tensor("x");
+  Tensor& y = c.tensor("y");
+  const DType t = y.dtype();
+  const std::int64_t h = x.size(1);
+  for (std::int64_t r = 0; r < x.size(0); ++r) {
+    std::vector<float> z(static_cast<std::size_t>(h));
+    float ss = 0;
+    for (std::int64_t i = 0; i < h; ++i) {
+      z[static_cast<std::size_t>(i)] = static_cast<float>(x.at({r, i}));
+      ss += z[static_cast<std::size_t>(i)] * z[static_cast<std::size_t>(i)];
+    }
+    const float s = 1.0f / std::sqrt(ss / static_cast<float>(h) + static_cast<float>(p.eps));
+    for (std::int64_t i = 0; i < h; ++i) {
+      float w = static_cast<float>(c.tensor("w").at({i}));
+      if (p.weight_mode == WeightMode::kOnePlus) w += 1.0f;
+      const float zs = z[static_cast<std::size_t>(i)] * s;
+      const double pre = round_twice ? round_to(t, zs) : zs;
+      y.set({r, i}, static_cast<float>(pre) * w);
+    }
+  }
+}
+
+TEST(Tolerance, TightEnoughForOneExtraRoundingLooseEnoughForFp32) {
+  Numerics declared_two;
+  declared_two.output_roundings = 2;
+  int caught = 0, cases = 0;
+  for (std::uint64_t i = 0; i < 120; ++i) {
+    CaseSpec s = draw_case(OpKind::kRmsNorm, 17, i).value();
+    auto p = std::get<RmsNormParams>(s.params);
+    if (p.residual || s.inplace_output || s.act_dtype == DType::kF32) continue;
+    ++cases;
+    const PreparedCase pc = prepare(materialize(s));
+    const EvalOptions fast{false};
+    const auto single = evaluate(FnBackend(s.op, [](Case& c) { fp32_rmsnorm(c, false); }), pc, fast);
+    EXPECT_EQ(single.verdict, Verdict::kPass) << single.detail;
+    const auto twice = evaluate(FnBackend(s.op, [](Case& c) { fp32_rmsnorm(c, true); }), pc, fast);
+    caught += twice.verdict == Verdict::kBeyondTolerance ? 1 : 0;
+    const auto honest = evaluate(FnBackend(
+                                     s.op, [](Case& c) { fp32_rmsnorm(c, true); }, declared_two),
+                                 pc, fast);
+    EXPECT_EQ(honest.verdict, Verdict::kPass) << honest.detail;
+  }
+  EXPECT_GT(cases, 40);
+  EXPECT_GT(caught, cases / 3) << caught << " of " << cases;
+}
+
+TEST(FusedUnfused, RoundingOrderIsNotDriftButAnUlpMoreIs) {
+  CaseSpec s;
+  s.op = OpKind::kDualRmsNormCat;
+  s.params = DualRmsNormCatParams{};
+  s.rows = 3;
+  s.hidden = 64;
+  s.value_seed = 11;
+  const PreparedCase pc = prepare(materialize(s));
+  // Fused: the reference rounded once. Unfused: each half normalised as rmsnorm with two roundings.
+  Outputs fused, unfused;
+  {
+    Case c = pc.input.clone();
+    write_reference(c);
+    fused["out"] = Tensor::zeros(DType::kF64, {3, 128});
+    fused["out"].copy_from(c.tensor("out").to_f64());
+  }
+  const Tensor& ref = pc.reference.at("out");
+  std::vector<double> two_step = ref.to_f64(), drifted = ref.to_f64();
+  const auto w = [&](std::int64_t col) {
+    return col < 64 ? pc.input.tensor("w_e").at({col}) : pc.input.tensor("w_h").at({col - 64});
+  };
+  for (std::size_t i = 0; i < two_step.size(); ++i) {
+    const double wi = w(static_cast<std::int64_t>(i % 128));
+    two_step[i] = round_to(DType::kBF16, round_to(DType::kBF16, two_step[i] / wi) * wi);
+    double v = round_to(DType::kBF16, drifted[i]);
+    for (int k = 0; k < 4; ++k) v = next_up(DType::kBF16, v);
+    drifted[i] = v;
+  }
+  unfused["out"] = Tensor::zeros(DType::kF64, {3, 128});
+  unfused["out"].copy_from(two_step);
+  Numerics fused_n, unfused_n;
+  unfused_n.output_roundings = 2;
+  const Evaluation ok = compare_fused_unfused(pc, fused, fused_n, unfused, unfused_n);
+  EXPECT_EQ(ok.verdict, Verdict::kPass) << ok.detail;
+  EXPECT_GT(divergence_ulps(fused, unfused, DType::kBF16), 0.0);
+  EXPECT_LE(divergence_ulps(fused, unfused, DType::kBF16), 1.0);
+  unfused["out"].copy_from(drifted);
+  const Evaluation bad = compare_fused_unfused(pc, fused, fused_n, unfused, unfused_n);
+  EXPECT_EQ(bad.verdict, Verdict::kFusedUnfusedDrift);
+  EXPECT_NE(bad.detail.find("out["), std::string::npos) << bad.detail;
+}
+
+TEST(Divergence, InUlpsOfEachOutputsFormat) {
+  Outputs a, b;
+  a["o"] = Tensor::zeros(DType::kF64, {2});
+  b["o"] = Tensor::zeros(DType::kF64, {2});
+  a["o"].copy_from(std::vector<double>{1.0, 2.0});
+  b["o"].copy_from(std::vector<double>{1.0 + 2 * 0x1p-7, 2.0});
+  EXPECT_EQ(divergence_ulps(a, b, DType::kBF16), 2.0);
+  EXPECT_EQ(divergence_ulps(a, b, DType::kF16), 2.0 * 0x1p-7 / 0x1p-10);
+  b["o"].copy_from(std::vector<double>{std::nan(""), 2.0});
+  EXPECT_TRUE(std::isinf(divergence_ulps(a, b, DType::kBF16)));
+}
+
+}  // namespace
+}  // namespace driftcheck::fuzz
