@@ -70,7 +70,7 @@ CampaignOptions options(const std::filesystem::path& dir, std::string globs, std
   o.jobs = 2;
   o.out_dir = dir;
   o.gen.large_shapes = false;
-  o.shrink_steps = 20;
+  o.shrink_steps = 10;
   o.checkpoint_seconds =
       0;  // a checkpoint on every monitor tick, so a cut journal has several to choose from
   o.backends = &test_registry();
@@ -89,7 +89,7 @@ const reports::BackendReport& backend(const reports::Report& r, std::string_view
   throw std::runtime_error("no such backend in report");
 }
 
-constexpr std::uint64_t kCases = 24;
+constexpr std::uint64_t kCases = 16;
 
 TEST(Campaign, SameSeedGivesTheSameFindingsAndCounts) {
   const auto a = run_campaign(options(fresh_dir("det_a"), "test.rmsnorm.exact,test.rmsnorm.zero", kCases));
