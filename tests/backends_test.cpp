@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <random>
 #include <set>
 
 // White-box: the fast fp16 rounding every twin relies on, and fresh backends for a private registry.
@@ -204,6 +205,7 @@ std::vector<NormCase> rmsnorm_cases() {
         p.residual = residual;
         const std::string label = std::string(dtype_name(t)) + (residual ? "/residual" : "") +
                                   (mode == WeightMode::kOnePlus ? "/1+w" : "");
+        v.push_back({label + "/7", builders::rmsnorm_case(2, 7, t, p, 10)});  // one partial warp
         v.push_back({label + "/96", builders::rmsnorm_case(3, 96, t, p, 11)});
         v.push_back({label + "/5125/strided", builders::rmsnorm_case(2, 5125, t, p, 12, Layout{7, 3, 5})});
         v.push_back({label + "/4096/aligned", builders::rmsnorm_case(2, 4096, t, p, 13, Layout{8, 8, 8})});

@@ -86,11 +86,13 @@ float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DTyp
     float& acc = partial[static_cast<std::size_t>((i / vec) % threads)];
     acc = accumulate_in(accumulate, acc + x[i] * x[i]);
   }
-  const int warp = std::min(std::max(order.warp, 1), threads);
+  // A partial last warp (threads not a multiple of the warp) still runs the full shuffle ladder; lanes past
+  // the end hold nothing.
+  const int warp = static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(order.warp, 1))));
   float total = 0.0f;
   for (int w0 = 0; w0 < threads; w0 += warp) {
     const int lanes = std::min(warp, threads - w0);
-    for (int offset = std::bit_floor(static_cast<unsigned>(warp)) / 2; offset >= 1; offset /= 2) {
+    for (int offset = warp / 2; offset >= 1; offset /= 2) {
       for (int lane = 0; lane + offset < lanes; ++lane) {
         float& a = partial[static_cast<std::size_t>(w0 + lane)];
         a = accumulate_in(accumulate, a + partial[static_cast<std::size_t>(w0 + lane + offset)]);
