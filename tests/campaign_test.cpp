@@ -19,7 +19,7 @@
 namespace driftcheck::fuzz {
 namespace {
 
-enum class Behaviour { kExact, kZero, kNever };
+enum class Behaviour { kExact, kZero, kNever, kOffline };
 
 class TestBackend : public Backend {
  public:
@@ -27,6 +27,11 @@ class TestBackend : public Backend {
   std::string_view name() const override { return name_; }
   std::string_view description() const override { return "campaign test backend"; }
   BackendKind kind() const override { return BackendKind::kCpu; }
+  bool available(std::string* why) const override {
+    if (behaviour_ != Behaviour::kOffline) return true;
+    *why = "no device here";
+    return false;
+  }
   OpKind op() const override { return OpKind::kRmsNorm; }
   Support supports(const Case&) const override {
     return behaviour_ == Behaviour::kNever ? Support::no("test backend declines every case") : Support::yes();
@@ -50,6 +55,7 @@ const Registry& test_registry() {
     r.add(std::make_unique<TestBackend>("test.rmsnorm.exact", Behaviour::kExact));
     r.add(std::make_unique<TestBackend>("test.rmsnorm.zero", Behaviour::kZero));
     r.add(std::make_unique<TestBackend>("test.rmsnorm.never", Behaviour::kNever));
+    r.add(std::make_unique<TestBackend>("test.rmsnorm.offline", Behaviour::kOffline));
     return r;
   }();
   return reg;
@@ -231,6 +237,20 @@ TEST(Campaign, ABackendThatRunsZeroCasesIsAnError) {
   EXPECT_EQ(never.unsupported, 4);
   EXPECT_NE(never.error.find("test backend declines every case"), std::string::npos) << never.error;
   ASSERT_EQ(r.report.errors.size(), 1u);
+}
+
+// Named exactly, an unavailable backend is asked for and fails as zero-case; matched by a glob it is skipped
+// and listed as unavailable.
+TEST(Campaign, UnavailableBackendsFailWhenNamedAndAreListedWhenGlobbed) {
+  const auto named =
+      run_campaign(options(fresh_dir("offline_named"), "test.rmsnorm.exact,test.rmsnorm.offline", 2));
+  EXPECT_EQ(named.exit_code, 1);
+  EXPECT_NE(backend(named.report, "test.rmsnorm.offline").error.find("unavailable: no device here"),
+            std::string::npos);
+  const auto globbed =
+      run_campaign(options(fresh_dir("offline_glob"), "test.rmsnorm.ex*,test.rmsnorm.off*", 2));
+  EXPECT_EQ(globbed.exit_code, 0);
+  EXPECT_EQ(globbed.report.unavailable, std::vector<std::string>{"test.rmsnorm.offline: no device here"});
 }
 
 TEST(Campaign, UnknownBackendGlobIsAUsageError) {

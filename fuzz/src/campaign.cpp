@@ -207,7 +207,10 @@ constexpr double kShrinkSecondsPerFinding = 10.0;
 class Campaign {
  public:
   Campaign(CampaignOptions opts, Selection sel) : opts_(std::move(opts)), sel_(std::move(sel)) {
-    for (const Backend* b : sel_.backends) by_op_[b->op()].push_back(b);
+    // A backend named exactly but unavailable here stays selected (it must fail as zero-case) but never runs.
+    std::string why;
+    for (const Backend* b : sel_.backends)
+      if (b->available(&why)) by_op_[b->op()].push_back(b);
   }
 
   CampaignResult run();
@@ -437,7 +440,8 @@ void Campaign::run_case(std::uint64_t k) {
   const PreparedCase prepared = prepare(std::move(c));
   stats.ops[std::string(op_name(op))] = {1, seconds_since(t0)};
   std::vector<std::pair<const Backend*, Outputs>> outputs;
-  for (const Backend* b : by_op_[op]) judge(*b, prepared, *drawn, stats, outputs);
+  if (const auto it = by_op_.find(op); it != by_op_.end())
+    for (const Backend* b : it->second) judge(*b, prepared, *drawn, stats, outputs);
   // Divergence between every pair of backends that both produced outputs for this case.
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {

@@ -125,6 +125,13 @@ void markdown_divergence(const Report& r, std::string& md) {
       for (const auto* n : {&d.a, &d.b})
         if (std::find(names.begin(), names.end(), *n) == names.end()) names.push_back(*n);
     }
+    // Rows in the report's backend order (correct backends before mutants), not in pair-key order.
+    const auto rank = [&r](const std::string& n) {
+      return std::find_if(r.backends.begin(), r.backends.end(), [&n](const auto& b) { return b.name == n; }) -
+             r.backends.begin();
+    };
+    std::stable_sort(names.begin(), names.end(),
+                     [&rank](const auto& x, const auto& y) { return rank(x) < rank(y); });
     md += fmt::format("### {}\n\n|  |", op);
     for (const auto& n : names) md += fmt::format(" {} |", n);
     md += "\n|---|";
