@@ -56,7 +56,9 @@ TEST(GpuBackends, PassGeneratedCases) {
           << b->name() << " case " << k << ": " << fuzz::verdict_name(e.verdict) << ": " << e.detail
           << "\nspec: " << nlohmann::json(spec).dump();
     }
-    EXPECT_GT(ran, static_cast<int>(kCases) / 2) << b->name() << " declined most generated cases";
+    // Generated cases spread over each op's variants (e.g. a third of rmsnorm cases carry a residual), so a
+    // backend of one variant sees a share of them; a few dozen judged cases per backend is the floor.
+    EXPECT_GE(ran, 25) << b->name() << " declined nearly every generated case";
   }
 }
 
