@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
     std::printf("%8d %10lld %10lld %12.1f %10zu %12ld\n", s + 1, static_cast<long long>(last.cases),
                 static_cast<long long>(last.checks), static_cast<double>(last.checks - before_checks) / secs,
                 last.findings.size(), vm_hwm_kb());
+    std::fflush(stdout);  // one line per segment even when stdout is a file
   }
   print_breakdown(last);
   std::printf("\ntotal: %lld checks in %.1f s = %.1f backend-case checks/s (%s shapes, %d jobs)\n",
