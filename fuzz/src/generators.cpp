@@ -5,6 +5,7 @@
 // spec.
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -246,7 +247,50 @@ std::string_view attention_mode(const CaseSpec& s) {
   return any_spec ? "spec" : "prefill";
 }
 
+// RapidCheck's rc::gen::exec keeps the picks of the running generator in process-global state, so two threads
+// generating (or evaluating a shrink, which re-runs the generator) at once corrupt each other ("operator* is
+// not allowed in this context"). Every evaluation of a drawn shrinkable therefore runs under one process-wide
+// recursive lock: value() and each step of the shrink sequence.
+class LockedShrinks;
+
+class LockedSpec {
+ public:
+  explicit LockedSpec(rc::Shrinkable<CaseSpec> inner) : inner_(std::move(inner)) {}
+  CaseSpec value() const {
+    const std::lock_guard lock(generation_mutex());
+    return inner_.value();
+  }
+  rc::Seq<rc::Shrinkable<CaseSpec>> shrinks() const;
+
+ private:
+  rc::Shrinkable<CaseSpec> inner_;
+};
+
+class LockedShrinks {
+ public:
+  explicit LockedShrinks(rc::Seq<rc::Shrinkable<CaseSpec>> inner) : inner_(std::move(inner)) {}
+  rc::Maybe<rc::Shrinkable<CaseSpec>> operator()() {
+    const std::lock_guard lock(generation_mutex());
+    auto next = inner_.next();
+    if (!next) return rc::Nothing;
+    return rc::makeShrinkable<LockedSpec>(std::move(*next));
+  }
+
+ private:
+  rc::Seq<rc::Shrinkable<CaseSpec>> inner_;
+};
+
+rc::Seq<rc::Shrinkable<CaseSpec>> LockedSpec::shrinks() const {
+  const std::lock_guard lock(generation_mutex());
+  return rc::makeSeq<LockedShrinks>(inner_.shrinks());
+}
+
 }  // namespace
+
+std::recursive_mutex& generation_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
 
 rc::Gen<CaseSpec> gen_case_spec(OpKind op, const GenOptions& opts) {
   return rc::gen::exec([op, opts] {
@@ -269,7 +313,8 @@ rc::Shrinkable<CaseSpec> draw_case(OpKind op, std::uint64_t seed, std::uint64_t 
                                    const GenOptions& opts) {
   const rc::Random::Key key{seed, index, static_cast<std::uint64_t>(op), 0x64726966746368ull /* "driftch" */};
   constexpr int kSize = 100;
-  return gen_case_spec(op, opts)(rc::Random(key), kSize);
+  const std::lock_guard lock(generation_mutex());
+  return rc::makeShrinkable<LockedSpec>(gen_case_spec(op, opts)(rc::Random(key), kSize));
 }
 
 std::string shape_class(const CaseSpec& s) {

@@ -1,14 +1,15 @@
 // CaseSpec: the small, JSON-serialisable description a generator draws and a shrinker shrinks; materialize()
 // turns it into a Case (tensors with layouts, guard bands, poisoned unused KV slots) deterministically.
-// Case k of seed s is gen_case_spec(op) run with a RapidCheck Random derived from (s, k) alone, so campaigns can
-// be sharded, resumed and any finding replayed on its own.
+// Case k of seed s is gen_case_spec(op) run with a RapidCheck Random derived from (s, k) alone, so campaigns
+// can be sharded, resumed and any finding replayed on its own.
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
 #include <rapidcheck.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include "driftcheck/reference/case.hpp"
 
@@ -16,32 +17,32 @@ namespace driftcheck::fuzz {
 
 // Value distributions of DOMAIN.md section 4.
 enum class Distribution : std::uint8_t {
-  kNormal,         // N(0, 1)
-  kOutlierChannels,// a few channels 100x larger, as real activations have
-  kNearConstant,   // rows whose variance is near 0
-  kNearMax,        // magnitudes near the activation format's max finite
-  kSubnormal,      // values in or near the format's subnormal range
-  kLargeLogits,    // attention: q.k large enough that exp overflows without max subtraction
+  kNormal,           // N(0, 1)
+  kOutlierChannels,  // a few channels 100x larger, as real activations have
+  kNearConstant,     // rows whose variance is near 0
+  kNearMax,          // magnitudes near the activation format's max finite
+  kSubnormal,        // values in or near the format's subnormal range
+  kLargeLogits,      // attention: q.k large enough that exp overflows without max subtraction
 };
 
 struct CaseSpec {
   OpKind op = OpKind::kRmsNorm;
   OpParams params;
-  DType act_dtype = DType::kBF16;   // activations, weights and outputs
-  DType kv_dtype = DType::kBF16;    // attention KV cache
+  DType act_dtype = DType::kBF16;  // activations, weights and outputs
+  DType kv_dtype = DType::kBF16;   // attention KV cache
   // rmsnorm / dual / concat shapes
   std::int64_t rows = 1;
-  std::int64_t hidden = 64;         // H (concat: width of a)
-  std::int64_t hidden_b = 64;       // concat: width of b
+  std::int64_t hidden = 64;    // H (concat: width of a)
+  std::int64_t hidden_b = 64;  // concat: width of b
   // attention batch: one entry per sequence
   std::vector<std::int64_t> query_lens;
   std::vector<std::int64_t> seq_lens;
-  std::int64_t spare_blocks = 0;    // physical blocks no sequence uses (poisoned)
+  std::int64_t spare_blocks = 0;       // physical blocks no sequence uses (poisoned)
   std::uint64_t block_table_seed = 0;  // 0: identity placement; else a random permutation of physical blocks
   // layouts
-  std::int64_t row_pad = 0;         // extra elements between rows (row stride = width + row_pad)
-  std::int64_t base_offset = 0;     // element offset of every tensor's first element (1..7 misaligns)
-  bool inplace_output = false;      // rmsnorm: y aliases x (as in-place kernels write)
+  std::int64_t row_pad = 0;      // extra elements between rows (row stride = width + row_pad)
+  std::int64_t base_offset = 0;  // element offset of every tensor's first element (1..7 misaligns)
+  bool inplace_output = false;   // rmsnorm: y aliases x (as in-place kernels write)
   // values
   Distribution distribution = Distribution::kNormal;
   std::uint64_t value_seed = 1;
@@ -60,8 +61,15 @@ struct GenOptions {
 rc::Gen<CaseSpec> gen_case_spec(OpKind op, const GenOptions& opts = {});
 
 // The deterministic case k of seed s: draws gen_case_spec(op) with a Random derived from (seed, index, op).
-// Returns the shrinkable so a failure can be shrunk.
-rc::Shrinkable<CaseSpec> draw_case(OpKind op, std::uint64_t seed, std::uint64_t index, const GenOptions& opts = {});
+// Returns the shrinkable so a failure can be shrunk. Safe to call from several threads: the returned
+// shrinkable's value() and shrinks() take generation_mutex() (RapidCheck's generator state is
+// process-global).
+rc::Shrinkable<CaseSpec> draw_case(OpKind op, std::uint64_t seed, std::uint64_t index,
+                                   const GenOptions& opts = {});
+
+// The lock every RapidCheck generation in this process must hold (draw_case's shrinkables take it themselves;
+// hold it around any other use of gen_case_spec when other threads may be drawing).
+std::recursive_mutex& generation_mutex();
 
 // A short class of the case's shape for deduplicating findings ("attn/decode/gqa4/bs544/fp8_e4m3fn").
 std::string shape_class(const CaseSpec& s);
