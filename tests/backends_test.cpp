@@ -32,7 +32,6 @@ const Backend& get(std::string_view name) {
 }
 
 // ---- registry
-// ---------------------------------------------------------------------------------------------------
 
 TEST(Registry, NamesAreUniqueAndFollowTheScheme) {
   std::set<std::string_view> names;
@@ -95,7 +94,6 @@ TEST(Registry, RejectsDuplicatesAndReportsUnknownNames) {
 }
 
 // ---- formats
-// ------------------------------------------------------------------------------------------------------
 
 // f16_bits against the exact encoder: every fp16 value, its neighbours and the midpoints around it (ties), in
 // both signs, plus overflow and NaN.
@@ -120,7 +118,6 @@ TEST(TwinFormats, FastFp16RoundingMatchesTheExactEncoder) {
 }
 
 // ---- helpers
-// --------------------------------------------------------------------------------------------------------
 
 Case run_clone(const Backend& b, const Case& c) {
   Case out = c.clone();
@@ -160,7 +157,6 @@ double worst_ratio(const Case& ran, const Outputs& ref, const Bound& bound, std:
 }
 
 // ---- norm twins against the reference
-// -----------------------------------------------------------------------------
 
 // Tolerance from the declared roundings: each rounding to the output format costs at most u relative to the
 // value it rounds (no cancellation happens after the reduction, so relative bounds hold per element); a
@@ -274,7 +270,6 @@ TEST(NormTwins, TheFusedAddTwinUpdatesTheResidualInPlaceWhenYAliasesX) {
 }
 
 // ---- support
-// ------------------------------------------------------------------------------------------------------
 
 AttentionSpec attn_spec(DType act, DType kv, std::int64_t block_size) {
   AttentionSpec s;
@@ -357,7 +352,6 @@ TEST(NormSupport, KernelsDeclineResidualModesAndDtypesTheyDoNotHave) {
 }
 
 // ---- attention twins against the reference
-// ----------------------------------------------------------------------
 
 std::vector<AttentionSpec> attention_specs() {
   std::vector<AttentionSpec> v;
@@ -474,7 +468,6 @@ TEST(AttentionTwins, NeverReadPoisonedSlots) {
 }
 
 // ---- mutants
-// ------------------------------------------------------------------------------------------------------
 
 Case scaled_rmsnorm(double factor) {
   Case c = builders::rmsnorm_case(2, 64, DType::kBF16, {}, 5);

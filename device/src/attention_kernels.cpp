@@ -129,7 +129,6 @@ class AttentionTwin final : public TwinBackend {
 };
 
 // ---- support
-// ------------------------------------------------------------------------------------------------------
 
 template <class T>
 std::string join(const std::vector<T>& v, std::string_view last_sep) {
@@ -181,7 +180,6 @@ Support AttentionTwin::supports(const Case& c) const {
 }
 
 // ---- case resolution
-// --------------------------------------------------------------------------------------------
 
 Batch AttentionTwin::resolve(Case& c) const {
   Batch b{};
@@ -224,7 +222,6 @@ Plan AttentionTwin::plan(const Batch& b) const {
 }
 
 // ---- KV gather
-// ----------------------------------------------------------------------------------------------------
 
 std::int64_t AttentionTwin::slot_index(const Batch& b, const Tensor& cache, std::int64_t s, std::int64_t t,
                                        std::int64_t g) const {
@@ -271,7 +268,6 @@ void AttentionTwin::gather(const Batch& b, std::int64_t s, std::int64_t g, Panel
 }
 
 // ---- one query row
-// ------------------------------------------------------------------------------------------------
 
 Row AttentionTwin::make_row(const Batch& b, const float* q, const Panel& panel, std::int64_t s,
                             std::int64_t j) const {

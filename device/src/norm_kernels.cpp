@@ -52,9 +52,8 @@ float inverse_rms(const RowNorm& rn, const float* z, std::int64_t h) {
   return 1.0f / std::sqrt(mean_square + rn.eps);
 }
 
-// y = rmsnorm(z) * weight, rounded where the kernel rounds. `w` holds the weights as stored.
-void normalize_row(const RowNorm& rn, const float* z, const float* w, std::int64_t h, float* y) {
-  const float s = inverse_rms(rn, z, h);
+// y = z * s * weight, rounded where the kernel rounds. `w` holds the weights as stored.
+void scale_row(const RowNorm& rn, const float* z, float s, const float* w, std::int64_t h, float* y) {
   const bool fp32_weight =
       rn.kernel->rounding == NormRounding::kFp32Weight || (rn.one_plus && rn.kernel->one_plus_rounds_once);
   for (std::int64_t i = 0; i < h; ++i) {
@@ -62,6 +61,10 @@ void normalize_row(const RowNorm& rn, const float* z, const float* w, std::int64
     y[i] =
         fp32_weight ? round_act(rn.act, z[i] * s * wi) : round_act(rn.act, round_act(rn.act, z[i] * s) * wi);
   }
+}
+
+void normalize_row(const RowNorm& rn, const float* z, const float* w, std::int64_t h, float* y) {
+  scale_row(rn, z, inverse_rms(rn, z, h), w, h, y);
 }
 
 void store_row(Storage& s, RowView row, const float* v, std::int64_t n) {
@@ -124,9 +127,10 @@ class RmsNormTwin final : public TwinBackend {
       if (bug_ == NormBug::kRowStrideIgnored) xr.start = x.offset() + row * h * xr.step;
       load_run(*x.storage(), xr.start, xr.step, h, z.data());
       if (res) add_residual(*res, row, z.data(), r.data(), h, rn.act);
-      normalize_row(rn, z.data(), wv.data(), h, out.data());
-      if (res && bug_ == NormBug::kResidualReread)
-        reread_residual(*res, row, x, z.data(), out.data(), rn, wv.data());
+      const float s = inverse_rms(rn, z.data(), h);
+      if (res && bug_ == NormBug::kResidualReread) reread_residual(*res, row, x, r.data(), rn.act);
+      scale_row(rn, res && bug_ == NormBug::kResidualReread ? r.data() : z.data(), s, wv.data(), h,
+                out.data());
       store_row_checked(*y.storage(), row_view(y, row), out.data(), h, bug_);
     }
   }
@@ -144,21 +148,15 @@ class RmsNormTwin final : public TwinBackend {
     store_row(*res.storage(), rr, r, h);
   }
 
-  // The in-place read-after-write hazard: the second pass forms x + residual again, but the residual already
-  // holds z, so it normalises act(x + z) with the scale computed from z.
-  void reread_residual(const Tensor& res, std::int64_t row, const Tensor& x, const float* z, float* out,
-                       const RowNorm& rn, const float* w) const {
+  // The in-place read-after-write hazard: the second pass forms act(x + residual) again, but the residual
+  // already holds z, so it gets act(x + z), which is then scaled with the scale computed from z.
+  void reread_residual(const Tensor& res, std::int64_t row, const Tensor& x, float* again, DType act) const {
     const std::int64_t h = x.size(1);
-    std::vector<float> xr(static_cast<std::size_t>(h)), again(xr.size());
+    std::vector<float> xr(static_cast<std::size_t>(h));
     const RowView xv = row_view(x, row), rv = row_view(res, row);
     load_run(*x.storage(), xv.start, xv.step, h, xr.data());
-    load_run(*res.storage(), rv.start, rv.step, h, again.data());
-    const float s = inverse_rms(rn, z, h);
-    for (std::int64_t i = 0; i < h; ++i) {
-      const float zi = round_act(rn.act, xr[i] + again[i]);
-      const float wi = rn.one_plus ? 1.0f + w[i] : w[i];
-      out[i] = round_act(rn.act, round_act(rn.act, zi * s) * wi);
-    }
+    load_run(*res.storage(), rv.start, rv.step, h, again);
+    for (std::int64_t i = 0; i < h; ++i) again[i] = round_act(act, xr[i] + again[i]);
   }
 
   NormKernel kernel_;

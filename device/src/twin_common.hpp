@@ -21,7 +21,6 @@
 namespace driftcheck::twin {
 
 // ---- formats in fp32
-// -------------------------------------------------------------------------------------------
 
 // fp32 -> fp16 encoding, round to nearest even, overflow to +-inf, every NaN to the canonical 0x7e00. Agrees
 // with encode(kFormatF16, x) for every float (tests/backends_test.cpp checks a sweep).
@@ -57,7 +56,6 @@ inline float round_act(DType act, float x) {
 }
 
 // ---- storage access
-// ---------------------------------------------------------------------------------------------
 
 // Element i of a storage as fp32 (exact for every dtype twins read: fp8, fp16, bf16, fp32; int32 values <
 // 2^24).
@@ -132,7 +130,6 @@ inline RowView row_view(const Tensor& t, std::int64_t r) {
 }
 
 // ---- reductions
-// -------------------------------------------------------------------------------------------------
 
 // The order of a CUDA/HIP block reduction: `threads` threads each accumulate, sequentially, the chunks of
 // `vec` consecutive elements they own (chunk c belongs to thread c % threads); then each warp of `warp` lanes
@@ -150,7 +147,6 @@ struct ReduceOrder {
 float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DType accumulate = DType::kF32);
 
 // ---- backend identity
-// -------------------------------------------------------------------------------------------
 
 struct TwinInfo {
   std::string name;
