@@ -3,6 +3,7 @@
 // metamorphic contracts (determinism, KV block permutation, batch invariance).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -52,18 +53,48 @@ std::optional<std::string> run_backend(const Backend& b, Case& c) {
 // ---------------------------------------------------------------------------------------------------------------
 // Storage: every element not inside an output view must keep its pristine bits.
 
+// Storage index of the element at row-major position i of t (the common contiguous case without the
+// per-element index arithmetic: the KV caches are large).
+std::int64_t storage_index(const Tensor& t, bool contiguous, std::int64_t i) {
+  return contiguous ? t.offset() + i : t.index_of_linear(i);
+}
+
 struct StorageMap {
-  const Storage* pristine;
-  Storage* run;
-  std::string name;        // first tensor that views it, for messages
-  std::vector<char> role;  // 0 guard, 1 input view, 2 output view
+  const Storage* pristine = nullptr;
+  Storage* run = nullptr;
+  std::string name;  // first tensor that views it, for messages
+  std::vector<const Tensor*> inputs, outputs;
 };
 
-void mark(StorageMap& m, const Tensor& t, char role) {
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    char& r = m.role[static_cast<std::size_t>(t.index_of_linear(i))];
-    r = std::max(r, role);
+enum Role : char { kGuard = 0, kInputView = 1, kOutputView = 2 };
+
+void mark(std::vector<char>& role, const std::vector<const Tensor*>& views, Role r) {
+  for (const Tensor* t : views) {
+    const bool contiguous = t->is_contiguous();
+    for (std::int64_t i = 0; i < t->numel(); ++i) {
+      char& x = role[static_cast<std::size_t>(storage_index(*t, contiguous, i))];
+      x = std::max<char>(x, r);
+    }
   }
+}
+
+// The first changed element outside the output views of one storage, as (role, message); role kOutputView
+// when none. Input-only storages (the KV caches) are compared as whole byte buffers first; roles are computed
+// only for storages that hold outputs or that changed.
+std::pair<Role, std::string> first_change(const StorageMap& m) {
+  if (m.outputs.empty() && m.run->bytes == m.pristine->bytes) return {kOutputView, {}};
+  std::vector<char> role(static_cast<std::size_t>(m.run->numel()), kGuard);
+  mark(role, m.outputs, kOutputView);
+  mark(role, m.inputs, kInputView);
+  std::pair<Role, std::string> found{kOutputView, {}};
+  for (std::int64_t i = 0; i < m.run->numel(); ++i) {
+    const auto r = static_cast<Role>(role[static_cast<std::size_t>(i)]);
+    if (r == kOutputView || r >= found.first || m.run->load_bits(i) == m.pristine->load_bits(i)) continue;
+    found = {r, fmt::format("storage of '{}' element {} changed: {:.9g} -> {:.9g}", m.name, i,
+                            m.pristine->load(i), m.run->load(i))};
+    if (r == kGuard) break;
+  }
+  return found;
 }
 
 // Returns kPass, kGuardViolation or kInputModified (guard first: an out-of-bounds write is the worse
@@ -72,27 +103,24 @@ Verdict check_storage(const Case& pristine, Case& run, std::string* detail) {
   std::map<const Storage*, StorageMap> maps;
   const OpSignature sig = op_signature(run);
   for (auto& [name, t] : run.tensors) {
-    auto [it, fresh] = maps.try_emplace(t.storage().get());
-    if (fresh) {
-      it->second = {pristine.tensor(name).storage().get(), t.storage().get(), name,
-                    std::vector<char>(static_cast<std::size_t>(t.storage()->numel()), 0)};
+    StorageMap& m = maps[t.storage().get()];
+    if (m.run == nullptr) {
+      m.pristine = pristine.tensor(name).storage().get();
+      m.run = t.storage().get();
+      m.name = name;
     }
     const bool out = std::find(sig.outputs.begin(), sig.outputs.end(), name) != sig.outputs.end();
-    mark(it->second, t, out ? 2 : 1);
+    (out ? m.outputs : m.inputs).push_back(&t);
   }
   std::string input_detail;
   for (const auto& [ptr, m] : maps) {
-    for (std::int64_t i = 0; i < m.run->numel(); ++i) {
-      const char role = m.role[static_cast<std::size_t>(i)];
-      if (role == 2 || m.run->load_bits(i) == m.pristine->load_bits(i)) continue;
-      const std::string msg = fmt::format("storage of '{}' element {} changed: {:.9g} -> {:.9g}", m.name, i,
-                                          m.pristine->load(i), m.run->load(i));
-      if (role == 0) {
-        *detail = "write outside every output view (guard band): " + msg;
-        return Verdict::kGuardViolation;
-      }
-      if (input_detail.empty()) input_detail = "input that is not in place was modified: " + msg;
+    auto [role, msg] = first_change(m);
+    if (role == kGuard) {
+      *detail = "write outside every output view (guard band): " + msg;
+      return Verdict::kGuardViolation;
     }
+    if (role == kInputView && input_detail.empty())
+      input_detail = "input that is not in place was modified: " + msg;
   }
   if (input_detail.empty()) return Verdict::kPass;
   *detail = input_detail;
@@ -282,9 +310,19 @@ Case permute_blocks(const Case& pristine) {
   for (const char* name : {"k_cache", "v_cache"}) {
     const Tensor &src = pristine.tensor(name), &dst = c.tensor(name);
     const std::int64_t per_block = src.numel() / blocks;
-    for (std::int64_t i = 0; i < src.numel(); ++i) {
-      const std::int64_t to = perm[static_cast<std::size_t>(i / per_block)] * per_block + i % per_block;
-      dst.storage()->store_bits(dst.index_of_linear(to), src.storage()->load_bits(src.index_of_linear(i)));
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const std::int64_t to = perm[static_cast<std::size_t>(b)];
+      if (src.is_contiguous() && dst.is_contiguous()) {  // one block is one run of bytes
+        const auto size = static_cast<std::size_t>(dtype_size(src.dtype()));
+        std::memcpy(
+            dst.storage()->bytes.data() + static_cast<std::size_t>(dst.offset() + to * per_block) * size,
+            src.storage()->bytes.data() + static_cast<std::size_t>(src.offset() + b * per_block) * size,
+            static_cast<std::size_t>(per_block) * size);
+        continue;
+      }
+      for (std::int64_t i = 0; i < per_block; ++i)
+        dst.storage()->store_bits(dst.index_of_linear(to * per_block + i),
+                                  src.storage()->load_bits(src.index_of_linear(b * per_block + i)));
     }
   }
   Tensor& table = c.tensor("block_table");
