@@ -779,6 +779,18 @@ void apply_journal_header(CampaignOptions& opts) {
 
 }  // namespace
 
+std::vector<OpKind> parse_op_list(std::string_view list) {
+  std::vector<OpKind> ops;
+  for (const std::string& name : split_list(list)) {
+    OpKind op;
+    if (!parse_op(name, &op))
+      throw UsageError(
+          fmt::format("unknown op '{}' (ops: rmsnorm, concat, dual_rmsnorm_cat, attention)", name));
+    ops.push_back(op);
+  }
+  return ops;
+}
+
 Selection select_backends(const Registry& reg, const std::vector<OpKind>& ops, const std::string& globs,
                           bool include_mutants) {
   Selection sel;

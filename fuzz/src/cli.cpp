@@ -33,22 +33,6 @@ struct ReplayArgs {
   std::string op;
 };
 
-std::vector<OpKind> parse_ops(const std::string& list) {
-  std::vector<OpKind> ops;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const auto end = std::min(list.find(',', start), list.size());
-    const std::string name = list.substr(start, end - start);
-    OpKind op;
-    if (!name.empty() && !parse_op(name, &op))
-      throw UsageError(
-          fmt::format("unknown op '{}' (ops: rmsnorm, concat, dual_rmsnorm_cat, attention)", name));
-    if (!name.empty()) ops.push_back(op);
-    start = end + 1;
-  }
-  return ops;
-}
-
 // The declared numerics that matter for the backend's op, as one line.
 std::string numerics_summary(const Backend& b) {
   const Numerics n = b.numerics();
@@ -90,7 +74,7 @@ std::string joined(int argc, const char* const* argv) {
 
 int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& err, bool tty) {
   CampaignOptions o;
-  o.ops = parse_ops(a.ops);
+  o.ops = parse_op_list(a.ops);
   o.backend_globs = a.backends, o.include_mutants = a.mutants;
   o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs;
   o.shrink_seconds = a.shrink_seconds;

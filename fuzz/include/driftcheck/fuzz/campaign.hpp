@@ -54,6 +54,9 @@ struct CampaignOptions {
   const Registry* backends = nullptr;  // nullptr: the built-in registry()
 };
 
+// "rmsnorm,attention" -> ops; throws UsageError naming an unknown op.
+std::vector<OpKind> parse_op_list(std::string_view list);
+
 struct Selection {
   std::vector<OpKind> ops;
   std::vector<const Backend*> backends;
