@@ -462,7 +462,7 @@ double divergence_ulps(const Outputs& a, const Outputs& b, DType out_dtype) {
       if (va[i] == vb[i]) continue;
       if (!std::isfinite(va[i]) || !std::isfinite(vb[i])) return kInf;
       worst = std::max(
-          worst, std::fabs(va[i] - vb[i]) / ulp(out_dtype, std::min(std::fabs(va[i]), std::fabs(vb[i]))));
+          worst, std::fabs(va[i] - vb[i]) / ulp(out_dtype, std::max(std::fabs(va[i]), std::fabs(vb[i]))));
     }
   }
   return worst;

@@ -102,8 +102,9 @@ struct EvalOptions {
 // become verdicts); throws only on internal errors.
 Evaluation evaluate(const Backend& backend, const PreparedCase& prepared, const EvalOptions& opts = {});
 
-// Largest elementwise divergence between two backends' outputs, in ulps of the output format (at the smaller
-// of the two magnitudes). NaN against a number, or unequal infinities, count as infinitely many ulps.
+// Largest elementwise divergence between two backends' outputs, in ulps of the output format at the larger of
+// the two magnitudes (a value near zero does not turn a tiny difference into a huge count). NaN against a
+// number, or unequal infinities, count as infinitely many ulps.
 double divergence_ulps(const Outputs& a, const Outputs& b, DType out_dtype);
 // The same with each output measured in its own format as the case stores it (o in the activation dtype, lse
 // in fp32).
