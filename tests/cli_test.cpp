@@ -110,6 +110,17 @@ const driftcheck::Backend* first_mutant_of(driftcheck::OpKind op) {
   return nullptr;
 }
 
+// SIGTERM (or Ctrl-C) ends discovery early and still writes the report, well before the 120 s budget.
+TEST(Cli, TerminatedCampaignStillWritesItsReport) {
+  const auto out = scratch() / "terminated";
+  const Outcome r = driftcheck("fuzz --op concat --seconds 120 --out " + out.string() +
+                               " & pid=$!; sleep 1; kill -TERM $pid; wait $pid");
+  EXPECT_EQ(r.code, 0) << r.err;
+  const auto report = nlohmann::json::parse(slurp(out / "report.json"));
+  EXPECT_GT(report.at("cases").get<int>(), 0);
+  EXPECT_LT(report.at("seconds").get<double>(), 60.0);
+}
+
 // A mutant campaign finds drift (exit 1); its bundle replays alone and fails on the mutant (exit 1) but
 // passes on the correct backend it mutates (exit 0); the stream replay of the same case fails too.
 TEST(Cli, MutantFindingReplaysFromItsBundleAndFromTheStream) {

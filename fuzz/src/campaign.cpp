@@ -237,6 +237,7 @@ class Campaign {
   reports::Report build_report() const;
   void print_summary(const reports::Report& r) const;
   bool out_of_budget(std::uint64_t k) const;
+  bool interrupted() const;
 
   CampaignOptions opts_;
   Selection sel_;
@@ -402,8 +403,12 @@ int Campaign::jobs() const {
   return opts_.jobs > 0 ? opts_.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+bool Campaign::interrupted() const {
+  return opts_.interrupt != nullptr && opts_.interrupt->load();
+}
+
 bool Campaign::out_of_budget(std::uint64_t k) const {
-  if (stop_) return true;
+  if (stop_ || interrupted()) return true;
   if (opts_.cases && k >= *opts_.cases) return true;
   return opts_.seconds && elapsed() >= *opts_.seconds;
 }
@@ -633,7 +638,7 @@ CampaignResult Campaign::run() {
   monitor();
   for (auto& t : threads) t.join();
   checkpoint();
-  shrink_phase();
+  if (!interrupted()) shrink_phase();
   reports::Report report = build_report();
   journal_->append({{"type", "end"}, {"completed", report.cases}, {"exit_code", report.exit_code}});
   reports::write_reports(report, opts_.out_dir);

@@ -1,5 +1,6 @@
 #include "driftcheck/fuzz/cli.hpp"
 
+#include <csignal>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -72,6 +73,15 @@ std::string joined(int argc, const char* const* argv) {
   return s;
 }
 
+// Ctrl-C or SIGTERM ends a campaign cleanly (report written); a second one kills it, which the journal
+// survives.
+std::atomic<bool> interrupted{false};
+
+extern "C" void on_interrupt(int sig) {
+  interrupted.store(true);
+  std::signal(sig, SIG_DFL);
+}
+
 int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& err, bool tty) {
   CampaignOptions o;
   o.ops = parse_op_list(a.ops);
@@ -80,6 +90,9 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
   o.shrink_seconds = a.shrink_seconds;
   o.out_dir = a.out, o.resume = a.resume, o.command_line = command;
   o.log = &err, o.log_is_tty = tty;
+  o.interrupt = &interrupted;
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
   return run_campaign(o).exit_code;
 }
 

@@ -10,6 +10,7 @@
 // report.json / report.md (reports/report.hpp).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
@@ -52,6 +53,9 @@ struct CampaignOptions {
   bool log_is_tty = false;               // refresh the progress line in place
   GenOptions gen;
   const Registry* backends = nullptr;  // nullptr: the built-in registry()
+  // Set from a signal handler (Ctrl-C): discovery ends after the cases in flight, shrinking is skipped, and
+  // the report is written as usual; --resume continues the campaign later.
+  const std::atomic<bool>* interrupt = nullptr;
 };
 
 // "rmsnorm,attention" -> ops; throws UsageError naming an unknown op.
