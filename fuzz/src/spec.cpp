@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -135,11 +136,20 @@ std::array<std::uint64_t, 5> poison_codes(DType t) {
 
 // A cycle through the five codes from a drawn phase: cheap for the large KV caches, and every code appears in
 // every run of five neighbours.
+// The first cycle is stored element by element, the rest by doubling byte copies: KV caches with large blocks
+// hold millions of poisoned slots, and this fill is most of a case's materialisation otherwise.
 void poison_storage(Storage& s, ValueRng& rng) {
   const auto codes = poison_codes(s.dtype);
   const std::uint64_t phase = rng.below(codes.size());
-  for (std::int64_t i = 0; i < s.numel(); ++i)
+  const std::int64_t head = std::min<std::int64_t>(s.numel(), static_cast<std::int64_t>(codes.size()));
+  for (std::int64_t i = 0; i < head; ++i)
     s.store_bits(i, codes[(static_cast<std::uint64_t>(i) + phase) % codes.size()]);
+  const std::size_t period = static_cast<std::size_t>(head) * static_cast<std::size_t>(dtype_size(s.dtype));
+  for (std::size_t done = period; done < s.bytes.size() && period > 0;) {
+    const std::size_t n = std::min(done - done % period, s.bytes.size() - done);
+    std::memcpy(s.bytes.data() + done, s.bytes.data(), n);
+    done += n;
+  }
 }
 
 // Guard elements on each side of a storage: one full row plus a little, so an off-by-one-row write or a write
@@ -303,12 +313,11 @@ Tensor make_cache(const CaseSpec& s, const Paging& pg, double scale, Distributio
   const auto v = draw_values(d, s.act_dtype, static_cast<std::int64_t>(live.size()), slot, mag, r);
   const double inv = fp8 && d != Distribution::kNearMax ? 1.0 / scale : 1.0;
   Storage& st = *t.storage();
+  std::vector<double> scaled(static_cast<std::size_t>(slot));
   for (std::size_t k = 0; k < live.size(); ++k) {
     // make_padded with no row padding is contiguous: element e of slot n is at offset + n * slot + e.
-    const std::int64_t base = t.offset() + live[k] * slot;
-    for (std::int64_t e = 0; e < slot; ++e)
-      st.store(base + e, v[k * static_cast<std::size_t>(slot) + static_cast<std::size_t>(e)] * inv,
-               Overflow::kSaturate);
+    for (std::size_t e = 0; e < scaled.size(); ++e) scaled[e] = v[k * scaled.size() + e] * inv;
+    st.store_f64(t.offset() + live[k] * slot, 1, slot, scaled.data(), Overflow::kSaturate);
   }
   return t;
 }
