@@ -452,7 +452,7 @@ void Campaign::run_case(std::uint64_t k) {
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {
       auto& pair =
           stats.pairs[{std::string(outputs[i].first->name()), std::string(outputs[j].first->name())}];
-      pair.max_ulps = divergence_ulps(outputs[i].second, outputs[j].second, spec.act_dtype);
+      pair.max_ulps = divergence_ulps(outputs[i].second, outputs[j].second, prepared.input);
       pair.shared = 1;
     }
   }
