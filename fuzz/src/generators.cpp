@@ -318,17 +318,18 @@ rc::Shrinkable<CaseSpec> draw_case(OpKind op, std::uint64_t seed, std::uint64_t 
   return rc::makeShrinkable<LockedSpec>(gen_case_spec(op, opts)(rc::Random(key), kSize));
 }
 
-// Coarse on purpose: a finding's signature is (op, backend, verdict, shape class), and one repro bundle is kept per
-// signature. Attention classes name what selects a kernel path (batch mode, GQA or not, the block-size family,
-// the KV format), not every parameter: a class per head dim and feature flag made a mutant campaign write
-// thousands of near-identical bundles (about 2 GB in 60 s). The bundle's case.json keeps every parameter.
+// Coarse on purpose: a finding's signature is (op, backend, verdict, shape class), and one repro bundle is
+// kept per signature. Attention classes name what selects a kernel path (batch mode, GQA or not, the
+// block-size family, the KV format), not every parameter: a class per head dim and feature flag made a mutant
+// campaign write thousands of near-identical bundles (about 2 GB in 60 s). The bundle's case.json keeps every
+// parameter.
 std::string shape_class(const CaseSpec& s) {
   if (s.op == OpKind::kAttention) {
     const auto& p = std::get<AttentionParams>(s.params);
     const bool power_of_two = (p.block_size & (p.block_size - 1)) == 0;
     const std::string_view blocks = p.block_size % 16 != 0 || !power_of_two ? "bs_other"
-                                    : p.block_size <= 32                     ? "bs16_32"
-                                                                             : "bs64_256";
+                                    : p.block_size <= 32                    ? "bs16_32"
+                                                                            : "bs64_256";
     return fmt::format("attn/{}/{}/{}/{}", attention_mode(s), p.num_q_heads == p.num_kv_heads ? "mha" : "gqa",
                        blocks, dtype_name(s.kv_dtype));
   }

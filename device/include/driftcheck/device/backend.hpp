@@ -1,6 +1,7 @@
 // One backend interface, one registry. A backend has a dotted name (`cpu.rmsnorm.cuda_kernel`,
-// `gpu.attn.unified`, `mutant.rmsnorm.stride_ignored`), says whether it supports a case and, when not, why, and
-// runs a case by writing the case's output tensors (and in-place inputs). Errors are thrown as BackendError.
+// `gpu.attn.unified`, `mutant.rmsnorm.stride_ignored`), says whether it supports a case and, when not, why,
+// and runs a case by writing the case's output tensors (and in-place inputs). Errors are thrown as
+// BackendError.
 #pragma once
 
 #include <memory>
@@ -42,7 +43,7 @@ struct Numerics {
   bool kv_dequant_rounded = false;
   // Metamorphic contracts the oracle checks bit for bit.
   bool deterministic = true;
-  bool batch_invariant = true;       // a row's bits do not depend on the other rows/sequences in the batch
+  bool batch_invariant = true;  // a row's bits do not depend on the other rows/sequences in the batch
   bool block_permutation_invariant = true;  // physical KV block placement does not change any bit
 };
 
@@ -59,8 +60,8 @@ class Backend {
     return true;
   }
   virtual Support supports(const Case& c) const = 0;
-  // One line summarising what supports() accepts ("bf16/fp16/fp32; block_size 16 or 32; head_dim 64/128"), for
-  // `driftcheck list`. Empty when the backend has not written one.
+  // One line summarising what supports() accepts ("bf16/fp16/fp32; block_size 16 or 32; head_dim 64/128"),
+  // for `driftcheck list`. Empty when the backend has not written one.
   virtual std::string supports_summary() const { return {}; }
   // Writes c's outputs. May be called concurrently from several threads on different cases.
   virtual void run(Case& c) const = 0;
