@@ -141,20 +141,33 @@ int replay_command(const ReplayArgs& a, std::ostream& out) {
   return report_check(b, check_case(b, std::move(c)), out);
 }
 
+// CLI11's PositiveNumber/NonNegativeNumber name their range with DBL_MAX spelled out in full: these say the
+// rule.
+CLI::Validator at_least(double min, bool strict) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a number";
+        if (strict ? v > min : v >= min) return {};
+        return "must be " + std::string(strict ? "> " : ">= ") + CLI::detail::to_string(min) + ", got " +
+               text;
+      },
+      strict ? "POSITIVE" : "NONNEGATIVE");
+}
+
 void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
   auto* op = cmd.add_option("--op", a.ops, "ops to fuzz, comma-separated (default: all)");
   auto* be =
       cmd.add_option("--backend", a.backends, "backend globs, comma-separated (default: all available)");
-  auto* secs =
-      cmd.add_option("--seconds", a.seconds, "time budget (default 20 s)")->check(CLI::PositiveNumber);
+  auto* secs = cmd.add_option("--seconds", a.seconds, "time budget (default 20 s)")->check(at_least(0, true));
   cmd.add_option("--cases", a.cases, "case budget (total, resumed cases included)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(0, true))
       ->excludes(secs);
   cmd.add_option("--shrink-seconds", a.shrink_seconds,
                  "shrink phase after the budget (default 25% of --seconds, at least 5 s; 0: no shrinking)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0, false));
   auto* seed = cmd.add_option("--seed", a.seed, "campaign seed (default 1)");
-  cmd.add_option("--jobs", a.jobs, "worker threads (default: one per core)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--jobs", a.jobs, "worker threads (default: one per core)")->check(at_least(0, false));
   cmd.add_option("--out", a.out, "campaign directory (default ./driftcheck-out)");
   auto* mut = cmd.add_flag("--mutants", a.mutants, "also run the mutant.* backends");
   // A resumed campaign keeps the stream it was started with; only budgets may change.
