@@ -401,9 +401,14 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
             vmax = std::max(vmax, vd);
           }
           const std::size_t i = row * dim + d;
-          o.base[i] = (2 * ds + (5.0 * static_cast<double>(n) + 32) * kU32) * mw;
+          // A logit error of at most e moves every softmax weight by a factor within [exp(-2e), exp(2e)], so
+          // by at most expm1(2e) relative: the first-order 2e falls short once e is not small (large logits
+          // with fp8 K rounded to the activation dtype reach e ~ 0.05).
+          o.base[i] = (std::expm1(2 * ds) + (5.0 * static_cast<double>(n) + 32) * kU32) * mw;
           o.p_rounding[i] = ua * mw + static_cast<double>(n) * sub * vmax;
-          o.kv_dequant_rounding[i] = fp8 ? ua * mw + sub + 2 * dk * mw : 0.0;
+          // With both, the logits are off by ds + dk: this term is what that adds to base's expm1(2 ds).
+          o.kv_dequant_rounding[i] =
+              fp8 ? ua * mw + sub + (std::expm1(2 * (ds + dk)) - std::expm1(2 * ds)) * mw : 0.0;
           o.partials_rounding[i] = ua * mw + sub;
           if (std::isfinite(nv_o[i]) && std::isfinite(ref_o[i]))
             row_naive = std::max(row_naive, std::fabs(nv_o[i] - ref_o[i]));

@@ -200,9 +200,21 @@ CaseSpec draw_attention(const GenOptions& opts) {
   s.kv_dtype = *weightedElement<DType>(
       {{6, s.act_dtype}, {2, DType::kF8E4M3FN}, {1, DType::kF8E4M3FNUZ}, {1, DType::kF8E5M2}});
   AttnShape a = draw_attn_shape();
+  // One case in six is a paged decode batch the partitioned decode kernels accept (ROCM_ATTN's custom kernel:
+  // block size 16/32, head size 64/128, query length 1, no window, no sinks; ROCM_AITER_FA: block size
+  // 16/32). Without it those twins see about one case in a hundred, and their 256-token partition merges go
+  // untested.
+  const bool paged_decode = *weightedElement<bool>({{5, false}, {1, true}});
+  if (paged_decode) {
+    a.block_size = *element<I>(16, 32);
+    a.head_dim = *element<I>(64, 128);
+    while (a.kv_heads * a.ratio * a.head_dim > 512 && a.kv_heads > 1) a.kv_heads /= 2;
+    while (a.kv_heads * a.ratio * a.head_dim > 512 && a.ratio > 1) a.ratio /= 2;
+  }
   // Batches: mostly 1..8 sequences; sometimes around 128 / Hkv, the split-KV threshold of the unified kernel,
   // then decode-only with short contexts and narrow heads to bound the cost.
-  const bool split_edge = a.block_size <= 64 && *weightedElement<bool>({{12, false}, {1, true}});
+  const bool split_edge =
+      !paged_decode && a.block_size <= 64 && *weightedElement<bool>({{12, false}, {1, true}});
   if (split_edge) {
     a.head_dim = std::min<I>(a.head_dim, 64);
     a.ratio = std::min<I>(a.ratio, 2);
@@ -216,10 +228,16 @@ CaseSpec draw_attention(const GenOptions& opts) {
           : *weightedOneOf<I>({w(4, rc::gen::just<I>(1)), w(4, inRange<I>(2, 5)), w(2, inRange<I>(5, 9))});
   for (I i = 0; i < seqs; ++i) {
     const auto [q, len] = draw_sequence(opts, split_edge);
-    s.query_lens.push_back(q);
+    s.query_lens.push_back(paged_decode ? 1 : q);
     s.seq_lens.push_back(len);
   }
   s.params = draw_attn_params(a, s.kv_dtype);
+  if (paged_decode) {
+    auto& p = std::get<AttentionParams>(s.params);
+    p.causal = true;
+    p.window = 0;
+    p.has_sinks = false;
+  }
   s.spare_blocks = a.block_size >= 256 ? *inRange<I>(0, 2) : *weightedElement<I>({{1, 0}, {2, 1}, {1, 3}});
   s.block_table_seed = *weightedOneOf<std::uint64_t>(
       {w(1, rc::gen::just<std::uint64_t>(0)), w(2, inRange<std::uint64_t>(1, 1u << 30))});
