@@ -339,29 +339,29 @@ void Campaign::open_journal() {
 // bug class is worth more than a smaller copy of one already minimised. Findings journaled by a killed run
 // (resume) are handled here too: redrawn from (op, seed, index), bundled and shrunk.
 void Campaign::shrink_phase() {
-  std::vector<std::string> todo, later;
+  std::vector<std::string> queue, later;
   std::set<std::string> classes;
   for (const auto& [sig, f] : findings_) {
     if (f.shrunk) continue;
-    (classes.insert(f.report.backend + "|" + f.report.verdict).second ? todo : later).push_back(sig);
+    (classes.insert(f.report.backend + "|" + f.report.verdict).second ? queue : later).push_back(sig);
   }
-  todo.insert(todo.end(), later.begin(), later.end());
-  if (todo.empty()) return;
+  queue.insert(queue.end(), later.begin(), later.end());
+  if (queue.empty()) return;
   const double budget = opts_.shrink_seconds.value_or(opts_.seconds ? std::max(5.0, 0.25 * *opts_.seconds)
                                                                     : 3 * kShrinkSecondsPerFinding);
-  if (opts_.log) *opts_.log << fmt::format("shrinking {} findings (budget {:.0f} s)\n", todo.size(), budget);
+  if (opts_.log) *opts_.log << fmt::format("shrinking {} findings (budget {:.0f} s)\n", queue.size(), budget);
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget));
   std::atomic<std::size_t> next{0};
   auto work = [&] {
-    for (std::size_t i = next++; i < todo.size() && Clock::now() < deadline; i = next++) {
+    for (std::size_t i = next++; i < queue.size() && Clock::now() < deadline; i = next++) {
       const auto cap = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double>(kShrinkSecondsPerFinding));
       try {
-        shrink_one(todo[i], std::min(deadline, cap));
+        shrink_one(queue[i], std::min(deadline, cap));
       } catch (const std::exception& e) {
         std::lock_guard lock(mu_);
-        internal_errors_.push_back(fmt::format("internal error while shrinking {}: {}", todo[i], e.what()));
+        internal_errors_.push_back(fmt::format("internal error while shrinking {}: {}", queue[i], e.what()));
         return;
       }
     }
