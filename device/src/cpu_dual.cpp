@@ -5,6 +5,9 @@
 
 namespace driftcheck::twin {
 
+// Fused and unfused chains accept the same cases: they differ in numerics only.
+constexpr const char* kDualSupports = "bf16/fp16; any H, strides and offsets; plain or (1 + w) weight";
+
 // eagle3_aux_rmsnorm (Triton, grid (rows, 2)): fp32 math, weight multiplied in fp32, one rounding. Its tl.sum
 // is modelled as 4 warps of 32 lanes, each lane summing the elements t, t + 128, ... then a warp tree.
 NormKernel dual_fused_kernel() {
@@ -20,7 +23,7 @@ TwinInfo dual_fused_info() {
   i.description =
       "vLLM eagle3_aux_rmsnorm fused_dual_rmsnorm_cat: fp32 math, fp32 weight, one rounding, [N, 2H]";
   i.numerics.output_roundings = 1;
-  i.supports_summary = "bf16/fp16; any H, strides and offsets; plain or (1 + w) weight";
+  i.supports_summary = kDualSupports;
   return i;
 }
 
@@ -43,7 +46,7 @@ std::unique_ptr<Backend> make_cpu_dual_unfused() {
   i.description =
       "rms_norm (vLLM csrc kernel) on e and h, then torch.cat: two roundings per element, exact copy";
   i.numerics.output_roundings = 2;
-  i.supports_summary = "bf16/fp16; any H, strides and offsets; plain or (1 + w) weight";
+  i.supports_summary = kDualSupports;
   return make_dual_backend(std::move(i), rmsnorm_cuda_kernel());
 }
 
