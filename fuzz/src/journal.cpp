@@ -96,7 +96,8 @@ Journal Journal::reopen(const std::filesystem::path& path) {
   return Journal(fd, path);
 }
 
-Journal::Journal(Journal&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) {
+Journal::Journal(Journal&& other) noexcept
+    : fd_(other.fd_), path_(std::move(other.path_)), mu_(std::move(other.mu_)) {
   other.fd_ = -1;
 }
 
@@ -105,6 +106,7 @@ Journal& Journal::operator=(Journal&& other) noexcept {
     if (fd_ >= 0) ::close(fd_);
     fd_ = other.fd_;
     path_ = std::move(other.path_);
+    mu_ = std::move(other.mu_);
     other.fd_ = -1;
   }
   return *this;
@@ -118,6 +120,7 @@ void Journal::append(const nlohmann::json& record) {
   // One write() per line: with O_APPEND the line lands whole or (if killed inside the call) as a torn tail
   // that read_journal() drops; user-space buffering could lose several records instead.
   const std::string line = record.dump() + "\n";
+  std::lock_guard lock(*mu_);
   std::size_t done = 0;
   while (done < line.size()) {
     const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
@@ -50,13 +52,16 @@ class Journal {
   Journal& operator=(const Journal&) = delete;
   ~Journal();
 
-  // Appends one record (a JSON object on one line). Thread-safe callers serialise through their own lock.
+  // Appends one record (a JSON object on one line). Thread-safe: records from several threads never
+  // interleave.
   void append(const nlohmann::json& record);
 
  private:
-  explicit Journal(int fd, std::filesystem::path path) : fd_(fd), path_(std::move(path)) {}
+  explicit Journal(int fd, std::filesystem::path path)
+      : fd_(fd), path_(std::move(path)), mu_(std::make_unique<std::mutex>()) {}
   int fd_ = -1;
   std::filesystem::path path_;
+  std::unique_ptr<std::mutex> mu_;  // movable journal, one lock
 };
 
 }  // namespace driftcheck::fuzz

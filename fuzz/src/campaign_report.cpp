@@ -1,0 +1,118 @@
+#include "campaign_report.hpp"
+
+#include <algorithm>
+#include <ostream>
+
+#include <fmt/format.h>
+
+namespace driftcheck::fuzz {
+namespace {
+
+std::vector<reports::ReasonCount> top_reasons(const std::map<std::string, std::int64_t>& reasons) {
+  std::vector<reports::ReasonCount> out;
+  for (const auto& [r, n] : reasons) out.push_back({r, n});
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.count > b.count; });
+  if (out.size() > 5) out.resize(5);
+  return out;
+}
+
+// Why a backend that was asked for ran nothing, in one line.
+std::string zero_case_reason(const Backend& b, const BackendStats& s) {
+  std::string why;
+  if (!b.available(&why)) return fmt::format("unavailable: {}", why);
+  if (s.unsupported > 0) {
+    const auto top = top_reasons(s.reasons);
+    return fmt::format("all {} of its cases unsupported, mostly: {}", s.unsupported,
+                       top.empty() ? "?" : top.front().reason);
+  }
+  return "no case of its op was drawn within the budget";
+}
+
+reports::BackendReport backend_report(const Backend& b, const BackendStats& s,
+                                      const std::map<std::string, FindingState>& findings) {
+  reports::BackendReport br{std::string(b.name()),
+                            std::string(op_name(b.op())),
+                            std::string(backend_kind_name(b.kind())),
+                            s.run,
+                            s.unsupported,
+                            top_reasons(s.reasons),
+                            s.passed,
+                            s.failures,
+                            0,
+                            s.worst_ratio,
+                            s.worst_case,
+                            s.seconds,
+                            std::nullopt,
+                            ""};
+  for (const auto& [sig, f] : findings) {
+    if (f.report.backend != br.name) continue;
+    ++br.distinct_findings;
+    if (!br.first_finding_s || f.report.found_after_s < *br.first_finding_s)
+      br.first_finding_s = f.report.found_after_s;
+  }
+  if (s.run == 0) br.error = fmt::format("backend {} ran zero cases: {}", br.name, zero_case_reason(b, s));
+  return br;
+}
+
+}  // namespace
+
+reports::Report build_report(const ReportInputs& in) {
+  reports::Report r;
+  r.tool_version = std::string(kToolVersion), r.command = in.opts.command_line, r.seed = in.opts.seed;
+  r.cases = static_cast<std::int64_t>(in.cases), r.checks = in.stats.checks, r.seconds = in.seconds;
+  r.unavailable = in.selection.unavailable, r.errors = in.selection.errors;
+  for (OpKind op : in.selection.ops) {
+    const auto it = in.stats.ops.find(std::string(op_name(op)));
+    const OpStats s = it == in.stats.ops.end() ? OpStats{} : it->second;
+    r.ops.push_back({std::string(op_name(op)), s.cases, s.reference_seconds});
+    if (s.cases == 0) r.errors.push_back(fmt::format("op {} ran zero cases", op_name(op)));
+  }
+  for (const Backend* b : in.selection.backends) {
+    const auto it = in.stats.backends.find(std::string(b->name()));
+    r.backends.push_back(
+        backend_report(*b, it == in.stats.backends.end() ? BackendStats{} : it->second, in.findings));
+    if (!r.backends.back().error.empty()) r.errors.push_back(r.backends.back().error);
+  }
+  for (const auto& [sig, f] : in.findings) r.findings.push_back(f.report);
+  std::sort(r.findings.begin(), r.findings.end(),
+            [](const auto& a, const auto& b) { return a.found_after_s < b.found_after_s; });
+  for (const auto& [key, p] : in.stats.pairs) {
+    const Backend* a = in.opts.backends->find(key.first);
+    r.divergence.push_back(
+        {a ? std::string(op_name(a->op())) : "?", key.first, key.second, p.max_ulps, p.shared});
+  }
+  r.errors.insert(r.errors.end(), in.internal_errors.begin(), in.internal_errors.end());
+  r.exit_code = !in.internal_errors.empty() ? 3 : (!r.errors.empty() || !r.findings.empty()) ? 1 : 0;
+  return r;
+}
+
+void print_summary(const CampaignOptions& opts, const reports::Report& r) {
+  if (opts.log == nullptr) return;
+  std::ostream& o = *opts.log;
+  o << fmt::format("\n{:<44} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "backend", "run", "passed", "unsupp",
+                   "failed", "worst");
+  for (const auto& b : r.backends) {
+    std::int64_t failed = 0;
+    for (const auto& [v, n] : b.failures_by_verdict) failed += n;
+    o << fmt::format("{:<44} {:>8} {:>8} {:>8} {:>8} {:>10.3g}\n", b.name, b.cases_run, b.passed,
+                     b.unsupported, failed, b.worst_ratio);
+  }
+  o << fmt::format("\n{} cases, {} checks in {:.1f} s ({:.0f} checks/s); {} distinct findings\n", r.cases,
+                   r.checks, r.seconds, r.seconds > 0 ? static_cast<double>(r.checks) / r.seconds : 0.0,
+                   r.findings.size());
+  for (const auto& f : r.findings)
+    o << fmt::format("  {} {} {} -> {}\n", f.backend, f.verdict, f.shape_class,
+                     f.bundle.empty() ? f.replay : (opts.out_dir / f.bundle).string());
+  if (opts.include_mutants) {
+    o << "time to first finding per mutant:\n";
+    for (const auto& b : r.backends) {
+      if (b.kind != backend_kind_name(BackendKind::kMutant)) continue;
+      o << fmt::format("  {:<44} {}\n", b.name,
+                       b.first_finding_s ? fmt::format("{:.2f} s", *b.first_finding_s) : "NEVER FOUND");
+    }
+  }
+  for (const auto& e : r.errors) o << "error: " << e << "\n";
+  o << fmt::format("report: {}\n", (opts.out_dir / "report.md").string());
+}
+
+}  // namespace driftcheck::fuzz

@@ -1,0 +1,31 @@
+// Building the campaign's report model (reports/report.hpp) from its statistics and findings, and the summary
+// printed at the end of `driftcheck fuzz`. Internal to the campaign runner.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "campaign_findings.hpp"
+#include "campaign_stats.hpp"
+#include "driftcheck/fuzz/campaign.hpp"
+
+namespace driftcheck::fuzz {
+
+struct ReportInputs {
+  const CampaignOptions& opts;
+  const Selection& selection;
+  const Stats& stats;   // of the cases below `cases`
+  std::uint64_t cases;  // every case index below it is done
+  double seconds;       // campaign time, resumed segments included
+  const std::map<std::string, FindingState>& findings;
+  const std::vector<std::string>& internal_errors;
+};
+
+// Exit code: 3 with internal errors, 1 with findings or zero-case errors, else 0.
+reports::Report build_report(const ReportInputs& in);
+
+void print_summary(const CampaignOptions& opts, const reports::Report& r);
+
+}  // namespace driftcheck::fuzz

@@ -1,0 +1,81 @@
+#include "campaign_stats.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace driftcheck::fuzz {
+
+using nlohmann::json;
+
+json number_json(double v) {
+  return std::isfinite(v) ? json(v) : json(fmt::format("{}", v));
+}
+
+double number_from(const json& j) {
+  return j.is_string() ? std::stod(j.get<std::string>()) : j.get<double>();
+}
+
+void BackendStats::merge(const BackendStats& o) {
+  run += o.run, unsupported += o.unsupported, passed += o.passed, seconds += o.seconds;
+  for (const auto& [r, n] : o.reasons) reasons[r] += n;
+  for (const auto& [v, n] : o.failures) failures[v] += n;
+  if (o.worst_ratio > worst_ratio || std::isnan(o.worst_ratio))
+    worst_ratio = o.worst_ratio, worst_case = o.worst_case;
+  while (reasons.size() > kMaxReasons)
+    reasons.erase(std::min_element(reasons.begin(), reasons.end(),
+                                   [](const auto& a, const auto& b) { return a.second < b.second; }));
+}
+
+json BackendStats::to_json() const {
+  return {{"run", run},
+          {"unsupported", unsupported},
+          {"passed", passed},
+          {"reasons", reasons},
+          {"failures", failures},
+          {"worst_ratio", number_json(worst_ratio)},
+          {"worst_case", worst_case},
+          {"seconds", seconds}};
+}
+
+BackendStats BackendStats::from_json(const json& j) {
+  BackendStats s;
+  s.run = j.at("run"), s.unsupported = j.at("unsupported"), s.passed = j.at("passed");
+  s.reasons = j.at("reasons").get<std::map<std::string, std::int64_t>>();
+  s.failures = j.at("failures").get<std::map<std::string, std::int64_t>>();
+  s.worst_ratio = number_from(j.at("worst_ratio")), s.worst_case = j.at("worst_case");
+  s.seconds = j.at("seconds");
+  return s;
+}
+
+void Stats::merge(const Stats& o) {
+  for (const auto& [n, b] : o.backends) backends[n].merge(b);
+  for (const auto& [k, p] : o.pairs) {
+    auto& mine = pairs[k];
+    if (p.max_ulps > mine.max_ulps || std::isnan(p.max_ulps)) mine.max_ulps = p.max_ulps;
+    mine.shared += p.shared;
+  }
+  for (const auto& [n, op] : o.ops)
+    ops[n].cases += op.cases, ops[n].reference_seconds += op.reference_seconds;
+  checks += o.checks;
+}
+
+json Stats::to_json() const {
+  json b = json::object(), p = json::array(), o = json::object();
+  for (const auto& [n, s] : backends) b[n] = s.to_json();
+  for (const auto& [k, s] : pairs) p.push_back({k.first, k.second, number_json(s.max_ulps), s.shared});
+  for (const auto& [n, s] : ops) o[n] = {s.cases, s.reference_seconds};
+  return {{"backends", b}, {"pairs", p}, {"ops", o}, {"checks", checks}};
+}
+
+Stats Stats::from_json(const json& j) {
+  Stats s;
+  for (const auto& [n, b] : j.at("backends").items()) s.backends[n] = BackendStats::from_json(b);
+  for (const auto& p : j.at("pairs")) s.pairs[{p.at(0), p.at(1)}] = {number_from(p.at(2)), p.at(3)};
+  for (const auto& [n, o] : j.at("ops").items()) s.ops[n] = {o.at(0), o.at(1)};
+  s.checks = j.at("checks");
+  return s;
+}
+
+}  // namespace driftcheck::fuzz
