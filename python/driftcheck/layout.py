@@ -1,0 +1,110 @@
+"""Storages and views as driftcheck hands them over, rebuilt in NumPy or PyTorch.
+
+A case is a list of storages (a dtype and a number of elements, bytes given whole: guard bands, row padding and
+poisoned KV slots included) and named views into them (shape, strides and offset in elements). Several views may
+share a storage (an output aliasing its input). Rebuilding allocates each storage once, whole, and makes every
+view with an as_strided call on it, so aliasing, padding and guards are exactly as driftcheck laid them out and
+the whole storages go back after the kernel ran: out-of-bounds writes and modified inputs stay visible to the
+oracle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import dtypes
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageSpec:
+    dtype: str
+    numel: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * dtypes.itemsize(self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewSpec:
+    name: str
+    storage: int
+    shape: tuple
+    strides: tuple  # elements
+    offset: int  # elements
+
+    def extent(self) -> int:
+        """One past the largest storage element the view touches (offset for an empty view)."""
+        if any(s == 0 for s in self.shape):
+            return self.offset
+        return self.offset + 1 + sum((n - 1) * st for n, st in zip(self.shape, self.strides))
+
+
+def check(storages: list, views: list) -> None:
+    """Raises ValueError naming the first view that does not fit its storage."""
+    for v in views:
+        if not 0 <= v.storage < len(storages):
+            raise ValueError(f"view '{v.name}' names storage {v.storage} of {len(storages)}")
+        if len(v.shape) != len(v.strides):
+            raise ValueError(f"view '{v.name}' has {len(v.shape)} dims and {len(v.strides)} strides")
+        if v.offset < 0 or any(n < 0 for n in v.shape) or any(st < 0 for st in v.strides):
+            raise ValueError(f"view '{v.name}' has a negative size, stride or offset")
+        if v.extent() > storages[v.storage].numel:
+            raise ValueError(
+                f"view '{v.name}' reaches element {v.extent() - 1} of storage {v.storage}, which has "
+                f"{storages[v.storage].numel}"
+            )
+
+
+def numpy_storage(buffer, spec: StorageSpec, byte_offset: int = 0) -> np.ndarray:
+    """A 1-D array over `buffer` (no copy), held as dtypes.numpy_dtype(spec.dtype)."""
+    return np.frombuffer(buffer, dtype=dtypes.numpy_dtype(spec.dtype), count=spec.numel, offset=byte_offset)
+
+
+def numpy_view(storage: np.ndarray, view: ViewSpec) -> np.ndarray:
+    """The view as an as_strided array sharing `storage`'s memory (writes land in the storage)."""
+    item = storage.itemsize
+    if view.extent() == view.offset:  # empty view: nothing to address
+        return np.empty(view.shape, dtype=storage.dtype)
+    base = storage[view.offset :]
+    return np.lib.stride_tricks.as_strided(
+        base, shape=view.shape, strides=tuple(s * item for s in view.strides), writeable=storage.flags.writeable
+    )
+
+
+def numpy_views(storages: list, views: list) -> dict:
+    return {v.name: numpy_view(storages[v.storage], v) for v in views}
+
+
+def torch_storage(host: np.ndarray, spec: StorageSpec, device):
+    """The storage as a 1-D torch tensor on `device`: on the CPU the host memory itself (no copy), elsewhere a
+    whole copy on the device. fp8 without a native torch type stays raw uint8."""
+    import torch
+
+    dtype = dtypes.torch_dtype(spec.dtype)
+    if spec.numel == 0:
+        return torch.empty(0, dtype=dtype, device=device)
+    cpu = torch.frombuffer(host, dtype=dtype, count=spec.numel)
+    if torch.device(device).type == "cpu":
+        return cpu
+    return cpu.to(device, copy=True)
+
+
+def torch_view(storage, view: ViewSpec):
+    return storage.as_strided(view.shape, view.strides, view.offset)
+
+
+def torch_views(storages: list, views: list) -> dict:
+    return {v.name: torch_view(storages[v.storage], v) for v in views}
+
+
+def torch_copy_back(device_storages: list, host_storages: list) -> None:
+    """Copies whole device storages back into host memory (a no-op for storages that are the host memory)."""
+    import torch
+
+    for dev, host in zip(device_storages, host_storages):
+        if dev.device.type == "cpu" or dev.numel() == 0:
+            continue
+        torch.frombuffer(host, dtype=dev.dtype, count=dev.numel()).copy_(dev)

@@ -1,0 +1,118 @@
+"""Rebuilding driftcheck's layouts: whole storages, as_strided views, aliasing, guards, copy back."""
+
+import unittest
+
+import numpy as np
+
+from driftcheck import dtypes, layout
+from driftcheck.layout import StorageSpec, ViewSpec
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def index_of(view, idx):
+    return view.offset + sum(i * s for i, s in zip(idx, view.strides))
+
+
+def host_storage(spec, seed):
+    """A storage whose every element has a distinct, recognisable encoding."""
+    rng = np.random.default_rng(seed)
+    nbytes = spec.nbytes
+    buf = bytearray(rng.integers(0, 256, nbytes, dtype=np.uint8).tobytes())
+    return layout.numpy_storage(buf, spec)
+
+
+# Two storages: a padded, misaligned bf16 x aliased by y (in place) and a residual in the same storage at another
+# offset; an fp8 cache with a 4-D view; every element of the storages outside the views is a guard.
+STORAGES = [StorageSpec("bf16", 200), StorageSpec("fp8_e4m3fnuz", 2 * 3 * 2 * 4 + 9)]
+VIEWS = [
+    ViewSpec("x", 0, (4, 7), (11, 1), 3),
+    ViewSpec("y", 0, (4, 7), (11, 1), 3),
+    ViewSpec("residual", 0, (4, 7), (9, 1), 60),
+    ViewSpec("k_cache", 1, (2, 3, 2, 4), (24, 8, 4, 1), 5),
+    ViewSpec("w", 0, (7,), (0,), 199),  # a broadcast (stride 0) view of the last element
+]
+
+
+class NumpyViews(unittest.TestCase):
+    def setUp(self):
+        self.hosts = [host_storage(s, i) for i, s in enumerate(STORAGES)]
+        self.views = layout.numpy_views(self.hosts, VIEWS)
+
+    def test_every_element_is_where_the_strides_say(self):
+        for v in VIEWS:
+            arr = self.views[v.name]
+            self.assertEqual(arr.shape, v.shape)
+            self.assertEqual(arr.dtype, dtypes.numpy_dtype(STORAGES[v.storage].dtype))
+            for idx in np.ndindex(*v.shape):
+                self.assertEqual(arr[idx], self.hosts[v.storage][index_of(v, idx)], (v.name, idx))
+
+    def test_aliases_share_memory_and_writes_land_in_the_storage_only(self):
+        before = self.hosts[0].copy()
+        self.views["y"][2, 5] = 0x3F80
+        self.assertEqual(self.views["x"][2, 5], 0x3F80)
+        changed = np.flatnonzero(self.hosts[0] != before)
+        self.assertEqual(list(changed), [3 + 2 * 11 + 5])
+
+    def test_empty_views(self):
+        arr = layout.numpy_view(self.hosts[0], ViewSpec("x", 0, (0, 7), (7, 1), 200))
+        self.assertEqual(arr.shape, (0, 7))
+
+
+class Checks(unittest.TestCase):
+    def test_views_outside_their_storage_are_rejected_by_name(self):
+        bad = [
+            (ViewSpec("x", 0, (4, 7), (11, 1), 168), "view 'x' reaches element 207 of storage 0, which has 200"),
+            (ViewSpec("q", 2, (1,), (1,), 0), "view 'q' names storage 2 of 2"),
+            (ViewSpec("o", 0, (2, 2), (-1, 1), 5), "view 'o' has a negative size, stride or offset"),
+            (ViewSpec("o", 0, (2, 2), (1,), 5), "view 'o' has 2 dims and 1 strides"),
+        ]
+        for view, message in bad:
+            with self.subTest(message), self.assertRaisesRegex(ValueError, message):
+                layout.check(STORAGES, [view])
+        layout.check(STORAGES, VIEWS)  # the good layout passes
+
+
+@unittest.skipIf(torch is None, "torch is not importable")
+class TorchViews(unittest.TestCase):
+    def devices(self):
+        return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+    def test_views_match_numpy_and_storages_round_trip(self):
+        for device in self.devices():
+            with self.subTest(device):
+                hosts = [host_storage(s, i) for i, s in enumerate(STORAGES)]
+                pristine = [h.copy() for h in hosts]
+                dev = [layout.torch_storage(h, s, device) for h, s in zip(hosts, STORAGES)]
+                views = layout.torch_views(dev, VIEWS)
+                for v in VIEWS:
+                    t = views[v.name]
+                    self.assertEqual(tuple(t.stride()), v.strides)
+                    raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.uint8)
+                    expect = layout.numpy_views(pristine, [v])[v.name].astype(np.int64)
+                    got = raw.cpu().numpy().astype(np.int64)
+                    if t.dtype == torch.bfloat16:
+                        got &= 0xFFFF
+                    np.testing.assert_array_equal(got, expect)
+                views["y"][1, 2] = 1.0  # an in-place write through the alias
+                views["k_cache"].view(torch.uint8)[1, 2, 1, 3] = 0x42
+                layout.torch_copy_back(dev, hosts)
+                diff0 = np.flatnonzero(hosts[0] != pristine[0])
+                self.assertEqual(list(diff0), [3 + 11 + 2])
+                self.assertEqual(hosts[0][3 + 11 + 2], 0x3F80)  # bf16 1.0
+                diff1 = np.flatnonzero(hosts[1] != pristine[1])
+                self.assertEqual(list(diff1), [5 + 24 + 16 + 4 + 3])
+                self.assertEqual(hosts[1][5 + 24 + 16 + 4 + 3], 0x42)
+
+    def test_cpu_storages_are_the_host_memory(self):
+        host = host_storage(STORAGES[0], 7)
+        t = layout.torch_storage(host, STORAGES[0], "cpu")
+        t[5] = 2.0
+        self.assertEqual(host[5], 0x4000)
+
+
+if __name__ == "__main__":
+    unittest.main()
