@@ -14,6 +14,7 @@ import os
 import platform
 import struct
 import sys
+import time
 
 import numpy as np
 
@@ -115,6 +116,8 @@ class Worker:
         self.arena_fd = arena_fd
         self.arena = None
         self.arena_size = 0
+        # per request type: count and seconds from the request read to the reply written; kernel time of runs
+        self.stats = {"hello": [0, 0.0], "supports": [0, 0.0], "run": [0, 0.0], "kernel_ms": 0.0}
 
     def reply(self, kind: int, seq: int, payload: dict) -> None:
         self.replies.write(encode_frame(kind, seq, payload))
@@ -131,6 +134,7 @@ class Worker:
             handler = {HELLO: self.hello, SUPPORTS: self.supports, RUN: self.run}.get(kind)
             if handler is None:
                 raise ProtocolError(f"unexpected message type 0x{kind:04x}")
+            start = time.perf_counter()
             try:
                 self.reply(kind | REPLY, seq, handler(obj))
             except Unsupported as e:
@@ -142,6 +146,10 @@ class Worker:
                 self.reply(ERROR, seq, {"message": _one_line(e), "fatal": fatal})
                 if fatal:
                     return 1
+            finally:
+                entry = self.stats[handler.__name__]
+                entry[0] += 1
+                entry[1] += time.perf_counter() - start
 
     def hello(self, obj: dict) -> dict:
         if obj.get("protocol") != PROTOCOL or obj.get("version") != VERSION:
@@ -183,6 +191,7 @@ class Worker:
         self.map_arena(size)
         hosts = [layout.numpy_storage(self.arena, s, off) for s, off in zip(specs, offsets)]
         kernel_ms = runner.run(kernel, case, hosts)
+        self.stats["kernel_ms"] += kernel_ms
         return {"storages": [s.nbytes for s in specs], "kernel_ms": kernel_ms}
 
 
@@ -221,6 +230,19 @@ def _info() -> str:
     return ", ".join(parts)
 
 
+def write_stats(stats: dict) -> None:
+    """With DRIFTCHECK_RUNNER_STATS=FILE, appends one JSON line of this worker's request counts and times (how
+    gpu-campaigns.sh measures the protocol's overhead per request)."""
+    path = os.environ.get("DRIFTCHECK_RUNNER_STATS")
+    if not path:
+        return
+    line = {"backend": os.environ.get("DRIFTCHECK_BACKEND"), "pid": os.getpid(), "kernel_ms": stats["kernel_ms"]}
+    for name in ("hello", "supports", "run"):
+        line[name] = {"count": stats[name][0], "seconds": stats[name][1]}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def serve() -> None:
     """Serves driftcheck's requests until shutdown; exits the process (0 on shutdown or end of file)."""
     env = os.environ
@@ -253,6 +275,7 @@ def serve() -> None:
     except ProtocolError as e:
         sys.stderr.write(f"driftcheck worker: protocol error: {e}\n")
         status = 3
+    write_stats(worker.stats)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)  # skip interpreter teardown (CUDA contexts, Triton caches): nothing is left to flush

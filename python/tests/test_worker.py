@@ -1,6 +1,7 @@
 """The worker protocol from the Python side, against a stand-in driftcheck (tests/harness.py): handshake,
 supports, run through the arena, errors as replies, protocol errors as a silent non-zero exit."""
 
+import json
 import os
 import struct
 import sys
@@ -180,6 +181,20 @@ class Runs(unittest.TestCase):
         self.assertEqual(w.supports(harness.rmsnorm_case(self.rng, 2, 12))[1],
                          {"ok": False, "reason": "H = 12: multiples of 8 only"})
         w.close()
+
+    def test_stats_file_counts_requests(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "stats.jsonl")
+            w = harness.FakeDriftcheck(harness.example("rmsnorm_numpy.py"), env={"DRIFTCHECK_RUNNER_STATS": path})
+            w.hello("rmsnorm")
+            for _ in range(3):
+                w.run(harness.rmsnorm_case(self.rng, 2, 8))
+            self.assertEqual(w.close()[0], 0)
+            with open(path) as f:
+                line = json.loads(f.read())
+            self.assertEqual((line["hello"]["count"], line["supports"]["count"], line["run"]["count"]), (1, 0, 3))
+            self.assertGreater(line["run"]["seconds"], 0)
+            self.assertLessEqual(line["kernel_ms"] / 1e3, line["run"]["seconds"])
 
     def test_malformed_cases_are_error_replies(self):
         w = harness.FakeDriftcheck(harness.example("rmsnorm_numpy.py"))

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Every example runner of examples/python on a GPU machine, in one call, from a prebuilt driftcheck:
+#   bash examples/python/gpu-campaigns.sh BIN_DIR OUT_DIR [SECONDS] [PLANTED_SECONDS]
+# BIN_DIR holds driftcheck (and lib/ for its shared libraries, as .ci/gpu-check). Run from the repository root.
+#   1. the Python runner's tests (on a GPU they also run SDPA, Triton and torch on the device);
+#   2. concurrently, one campaign per correct example backend (SECONDS, default 300) and one per planted-bug variant
+#      (PLANTED_SECONDS, default 120), each with its own --out; backends unavailable here (no vllm, no Triton)
+#      are skipped with their reason;
+#   3. one after another, pairs of an external and a built-in backend on the same cases: the protocol's overhead
+#      per run request (concat: a copy, NumPy on the CPU and torch on the GPU) and the external/built-in rate;
+#   4. summary.md (what was found, what was clean, cases/s, overhead), and everything else in campaigns.tgz.
+# Without a GPU (or Triton, or torch >= 2.5) the GPU examples say unavailable and only the CPU ones run.
+set -uo pipefail
+bin=$(cd "$1" && pwd)
+mkdir -p "$2"
+out=$(cd "$2" && pwd)
+seconds=${3:-300}
+planted_seconds=${4:-120}
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONDONTWRITEBYTECODE=1
+dc="$bin/driftcheck"
+work=$(mktemp -d)
+backends=()
+for f in "$here"/*.toml; do backends+=(--backends "$f"); done
+
+{
+  echo "commit: ${DRIFTCHECK_COMMIT:-unknown}"
+  echo "date: $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+  python3 -c 'import sys, numpy; print("python", sys.version.split()[0], "numpy", numpy.__version__)'
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 | tail -1
+  python3 -c 'import triton; print("triton", triton.__version__)' 2>&1 | tail -1
+  python3 -c 'import vllm; print("vllm", vllm.__version__)' 2>&1 | tail -1
+} >"$out/machine.txt"
+cat "$out/machine.txt"
+
+echo "== 1. Python runner tests"
+(cd "$repo/python/tests" && PYTHONPATH="$repo/python:$repo/python/tests" timeout 300 python3 -m unittest -v \
+  test_dtypes test_layout test_worker test_examples) >"$out/python-tests.txt" 2>&1
+echo "python tests exit: $?" | tee -a "$out/python-tests.txt"
+tail -n 4 "$out/python-tests.txt"
+
+"$dc" list "${backends[@]}" >"$out/list.txt" 2>&1
+echo "list exit: $?" >>"$out/list.txt"
+
+# Every external backend declared in the examples; one unavailable here (no vllm, no Triton) stops at once and the
+# summary lists it with its reason.
+mapfile -t names < <(grep -h '^name = ' "$here"/*.toml | sed 's/name = "\(.*\)"/ext.\1/')
+echo "== 2. campaigns (${seconds} s each, planted bugs ${planted_seconds} s), $(date -u +%T)"
+pids=()
+for name in "${names[@]}"; do
+  case "$name" in
+    ext.copy.*) continue ;;  # measured in the pairs below
+    *.planted_*) s=$planted_seconds ;;
+    *) s=$seconds ;;
+  esac
+  DRIFTCHECK_RUNNER_STATS="$work/$name.stats" "$dc" fuzz "${backends[@]}" --backend "$name" --seconds "$s" \
+    --shrink-seconds 20 --jobs 2 --out "$work/$name" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+echo "campaigns done $(date -u +%T)"
+
+echo "== 3. external vs built-in on the same cases"
+pair() {  # NAME JOBS BUDGET... -- BACKENDS
+  local name=$1 jobs=$2
+  shift 2
+  DRIFTCHECK_RUNNER_STATS="$work/pair-$name.stats" "$dc" fuzz "${backends[@]}" "$@" --jobs "$jobs" \
+    --shrink-seconds 0 --out "$work/pair-$name" >"$work/pair-$name.log" 2>&1
+  echo "pair-$name exit: $?"
+}
+pair concat-numpy 1 --op concat --backend cpu.concat.copy,ext.copy.concat.numpy --cases 3000
+pair concat-cuda 1 --op concat --backend gpu.concat.copy,ext.copy.concat.torch.cuda --cases 3000
+pair dual-triton 4 --op dual_rmsnorm_cat --backend gpu.dual.fused,ext.triton.dual --seconds 30
+pair attn-sdpa-flash 4 --op attention --backend gpu.attn.paged_online,ext.sdpa.flash --seconds 30
+pair concat-planted 1 --op concat --backend ext.copy.concat.numpy.planted_halves_swapped --seconds 20
+
+echo "== 4. summary"
+python3 "$here/summarize_campaigns.py" "$work" >/dev/null
+cp "$work/summary.md" "$out/summary.md"
+cat "$out/summary.md"
+tar czf "$out/campaigns.tgz" -C "$work" . # reports, journals, findings, logs: at most 8 files come back
+rm -rf "$work"

@@ -1,0 +1,128 @@
+"""Summarises the campaigns gpu-campaigns.sh ran: per external backend cases, rate and verdicts; whether each
+correct example was clean and each planted bug was found; the protocol's overhead per run request and the
+external/built-in rate on the same cases.
+
+    python3 summarize_campaigns.py DIR   # reads DIR/*/report.json and DIR/*.stats, writes DIR/summary.md
+
+A backend named `*.planted_*` must have findings; any other must have run cases and have none; one that is
+unavailable on the machine (no vllm, no Triton) is listed with its reason. Pair campaigns (DIR/pair-*/) hold an
+external and a built-in backend on the same cases with the same declared numerics, so both ran the same number
+of times per case (metamorphic reruns included): the difference of their check times divided by the external's
+run requests (counted by the Python worker, DIR/pair-*.stats) is the protocol's cost per request.
+"""
+
+import glob
+import json
+import os
+import sys
+
+
+def load_reports(d):
+    reports = {}
+    for path in sorted(glob.glob(os.path.join(d, "*", "report.json"))):
+        with open(path) as f:
+            reports[os.path.basename(os.path.dirname(path))] = json.load(f)
+    return reports
+
+
+def load_stats(d, name):
+    """Summed worker-side counts of a campaign: run requests, seconds inside the worker, kernel ms."""
+    path = os.path.join(d, name + ".stats")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        lines = [json.loads(x) for x in f if x.strip()]
+    return {"workers": len(lines), "runs": sum(x["run"]["count"] for x in lines),
+            "seconds": sum(x["run"]["seconds"] for x in lines), "kernel_ms": sum(x["kernel_ms"] for x in lines)}
+
+
+def result(b, unavailable):
+    if b["name"] in unavailable:
+        return "unavailable: " + unavailable[b["name"]]
+    if b["cases_run"] == 0:
+        return "NO CASES RUN" + (f": {b['error']}" if b["error"] else "")
+    if ".planted_" in b["name"]:
+        return "caught" if b["distinct_findings"] else "NOT CAUGHT"
+    return "clean" if b["distinct_findings"] == 0 else "FINDINGS"
+
+
+def unavailable_map(r):
+    out = {}
+    for u in r.get("unavailable", []):
+        name, _, why = u.partition(":")
+        out[name.strip()] = why.strip()
+    return out
+
+
+def campaigns_table(d, reports):
+    lines = ["| backend | result | cases run | unsupported | cases/s | worst ratio | failures | top unsupported | "
+             "worker ms/run (kernel) |", "|---|---|---:|---:|---:|---:|---|---|---:|"]
+    unexpected = []
+    for name, r in reports.items():
+        if name.startswith("pair-"):
+            continue
+        unavailable = unavailable_map(r)
+        for b in r["backends"]:
+            if not b["name"].startswith("ext."):
+                continue
+            res = result(b, unavailable)
+            failures = ", ".join(f"{v} {n}" for v, n in b["failures_by_verdict"].items()) or "-"
+            reasons = "; ".join(f"{x['reason']} ({x['count']}x)" for x in b["top_unsupported_reasons"][:2]) or "-"
+            rate = b["cases_run"] / r["seconds"] if r["seconds"] else 0.0
+            st = load_stats(d, name)
+            worker = f"{1e3 * st['seconds'] / st['runs']:.3f} ({st['kernel_ms'] / st['runs']:.3f})" if st and \
+                st["runs"] else "-"
+            lines.append(f"| {b['name']} | {res} | {b['cases_run']} | {b['unsupported']} | {rate:.1f} | "
+                         f"{b['worst_ratio']:.3g} | {failures} | {reasons} | {worker} |")
+            if res.split(":")[0] in ("NO CASES RUN", "NOT CAUGHT", "FINDINGS"):
+                unexpected.append(f"{b['name']}: {res}")
+        for e in r.get("errors", []):
+            if not any(n in e for n in unavailable):
+                unexpected.append(f"{name}: {e}")
+    return lines, unexpected
+
+
+def per_case_ms(b):
+    n = b["cases_run"] + b["unsupported"]
+    return 1e3 * b["check_seconds"] / n if n else float("nan")
+
+
+def pairs_table(d, reports):
+    lines = ["| pair | backend | cases run | check ms per case | result |", "|---|---|---:|---:|---|"]
+    for name, r in reports.items():
+        if not name.startswith("pair-"):
+            continue
+        unavailable = unavailable_map(r)
+        ext = [b for b in r["backends"] if b["name"].startswith("ext.")]
+        builtin = [b for b in r["backends"] if not b["name"].startswith("ext.")]
+        for b in ext + builtin:
+            lines.append(f"| {name} | {b['name']} | {b['cases_run']} | {per_case_ms(b):.4f} | "
+                         f"{result(b, unavailable)} |")
+        st = load_stats(d, name)
+        if ext and builtin and ext[0]["cases_run"] and builtin[0]["cases_run"]:
+            e, g = ext[0], builtin[0]
+            ratio = per_case_ms(g) / per_case_ms(e)
+            extra = ""
+            if st and st["runs"]:
+                per_request = (e["check_seconds"] - g["check_seconds"]) / st["runs"] * 1e3
+                extra = f"; **{per_request:.4f} ms per run request** over {st['runs']} requests"
+            lines.append(f"| {name} | external vs built-in | | | rate ratio {ratio:.2f}{extra} |")
+    return lines
+
+
+def main(d):
+    reports = load_reports(d)
+    camp, unexpected = campaigns_table(d, reports)
+    text = "\n".join(
+        ["# Example runners: campaigns", ""] + camp
+        + ["", "## External vs built-in on the same cases", ""] + pairs_table(d, reports)
+        + ["", f"{len(unexpected)} unexpected results" + (":" if unexpected else ".")]
+        + [f"- {u}" for u in unexpected]) + "\n"
+    with open(os.path.join(d, "summary.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
