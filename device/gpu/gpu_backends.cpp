@@ -70,6 +70,12 @@ class DeviceCase {
   std::map<Storage*, void*> buffers_;
 };
 
+// One case at a time on the device keeps memory bounded and the timing of a run its own.
+std::mutex& device_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 bool act_dtype_ok(DType t) {
   return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32;
 }
@@ -78,11 +84,8 @@ class GpuBackend : public Backend {
  public:
   BackendKind kind() const override { return BackendKind::kGpu; }
   bool available(std::string* why) const override { return device_present(why); }
-  // Runs are serialised: one case at a time on the device keeps memory bounded and the timing of a run its
-  // own.
   void run(Case& c) const override {
-    static std::mutex device_mutex;
-    const std::lock_guard<std::mutex> lock(device_mutex);
+    const std::lock_guard<std::mutex> lock(device_mutex());
     DeviceCase dev(c);
     check(launch(c, dev), "launch");
     dev.sync_and_download();
@@ -254,6 +257,29 @@ class GpuPagedAttention final : public GpuBackend {
 };
 
 }  // namespace
+
+void gpu_run_on_storages(const std::vector<Storage*>& storages,
+                         const std::function<void(const std::vector<void*>& device, void* stream)>& launch) {
+  const std::lock_guard<std::mutex> lock(device_mutex());
+  std::vector<void*> device(storages.size(), nullptr);
+  struct Free {
+    std::vector<void*>& p;
+    ~Free() {
+      for (void* q : p) (void)hipFree(q);
+    }
+  } free_all{device};
+  for (std::size_t i = 0; i < storages.size(); ++i) {
+    const std::vector<std::byte>& bytes = storages[i]->bytes;
+    check(hipMalloc(&device[i], bytes.empty() ? 1 : bytes.size()), "hipMalloc");
+    check(hipMemcpy(device[i], bytes.data(), bytes.size(), hipMemcpyHostToDevice), "upload");
+  }
+  launch(device, nullptr);
+  check(hipGetLastError(), "launch");
+  check(hipDeviceSynchronize(), "kernel");
+  for (std::size_t i = 0; i < storages.size(); ++i)
+    check(hipMemcpy(storages[i]->bytes.data(), device[i], storages[i]->bytes.size(), hipMemcpyDeviceToHost),
+          "download");
+}
 
 void register_gpu_backends(Registry& r) {
   r.add(std::make_unique<GpuRmsNorm>(false));

@@ -1,0 +1,274 @@
+#include "driftcheck/device/plugin_backend.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "driftcheck/device/gpu.hpp"
+
+namespace driftcheck {
+namespace {
+
+// The ABI's enum values are DType's and OpKind's, so a conversion is a cast; these keep them from drifting.
+static_assert(static_cast<int>(DType::kF64) == DC_F64 && static_cast<int>(DType::kF32) == DC_F32 &&
+              static_cast<int>(DType::kF16) == DC_F16 && static_cast<int>(DType::kBF16) == DC_BF16 &&
+              static_cast<int>(DType::kF8E4M3FN) == DC_F8_E4M3FN &&
+              static_cast<int>(DType::kF8E4M3FNUZ) == DC_F8_E4M3FNUZ &&
+              static_cast<int>(DType::kF8E5M2) == DC_F8_E5M2 && static_cast<int>(DType::kI32) == DC_I32);
+static_assert(static_cast<int>(OpKind::kRmsNorm) == DC_RMSNORM &&
+              static_cast<int>(OpKind::kConcat) == DC_CONCAT &&
+              static_cast<int>(OpKind::kDualRmsNormCat) == DC_DUAL_RMSNORM_CAT &&
+              static_cast<int>(OpKind::kAttention) == DC_ATTENTION);
+static_assert(std::is_standard_layout_v<dc_case> && std::is_trivially_copyable_v<dc_tensor>);
+
+dc_params to_params(const OpParams& params) {
+  dc_params out{};
+  std::visit(
+      [&](const auto& p) {
+        using P = std::decay_t<decltype(p)>;
+        if constexpr (std::is_same_v<P, RmsNormParams> || std::is_same_v<P, DualRmsNormCatParams>) {
+          out.eps = p.eps;
+          out.weight_mode = p.weight_mode == WeightMode::kOnePlus ? 1 : 0;
+        }
+        if constexpr (std::is_same_v<P, RmsNormParams>) out.residual = p.residual ? 1 : 0;
+        if constexpr (std::is_same_v<P, AttentionParams>) {
+          out.num_q_heads = p.num_q_heads, out.num_kv_heads = p.num_kv_heads, out.head_dim = p.head_dim;
+          out.block_size = p.block_size, out.window = p.window, out.scale = p.scale, out.softcap = p.softcap;
+          out.k_scale = p.k_scale, out.v_scale = p.v_scale;
+          out.causal = p.causal ? 1 : 0, out.has_sinks = p.has_sinks ? 1 : 0;
+        }
+      },
+      params);
+  return out;
+}
+
+// What a plugin wrote into a message buffer: up to its NUL (never past the buffer, whose last byte driftcheck
+// keeps 0) and its first line.
+std::string message_of(const char* buf, std::string_view fallback) {
+  std::string_view s(buf, strnlen(buf, DC_MESSAGE_SIZE - 1));
+  s = s.substr(0, s.find('\n'));
+  return s.empty() ? std::string(fallback) : std::string(s);
+}
+
+struct Message {
+  char buf[DC_MESSAGE_SIZE] = {};
+};
+
+Numerics numerics_of(const dc_numerics& n) {
+  Numerics out;
+  out.output_roundings = n.output_roundings;
+  out.p_rounded = n.p_rounded != 0, out.partials_rounded = n.partials_rounded != 0;
+  out.kv_dequant_rounded = n.kv_dequant_rounded != 0, out.deterministic = n.deterministic != 0;
+  out.batch_invariant = n.batch_invariant != 0;
+  out.block_permutation_invariant = n.block_permutation_invariant != 0;
+  return out;
+}
+
+bool same_numerics(const Numerics& a, const Numerics& b) {
+  return a.output_roundings == b.output_roundings && a.p_rounded == b.p_rounded &&
+         a.partials_rounded == b.partials_rounded && a.kv_dequant_rounded == b.kv_dequant_rounded &&
+         a.deterministic == b.deterministic && a.batch_invariant == b.batch_invariant &&
+         a.block_permutation_invariant == b.block_permutation_invariant;
+}
+
+// The dlopen handle; closed after the instance is destroyed.
+struct Library {
+  void* handle = nullptr;
+  explicit Library(void* h) : handle(h) {}
+  Library(const Library&) = delete;
+  Library& operator=(const Library&) = delete;
+  ~Library() {
+    if (handle != nullptr) dlclose(handle);
+  }
+};
+
+class PluginBackend final : public Backend {
+ public:
+  PluginBackend(std::unique_ptr<Library> lib, const dc_plugin* p, void* instance, PluginOptions o)
+      : lib_(std::move(lib)), p_(p), instance_(instance), opts_(std::move(o)) {
+    name_ = opts_.name.empty() ? fmt::format("plugin.{}", p_->name) : opts_.name;
+    description_ = opts_.description.empty() && p_->description ? p_->description : opts_.description;
+  }
+  ~PluginBackend() override {
+    if (p_->destroy != nullptr) p_->destroy(instance_);
+  }
+  PluginBackend(const PluginBackend&) = delete;
+  PluginBackend& operator=(const PluginBackend&) = delete;
+
+  std::string_view name() const override { return name_; }
+  std::string_view description() const override { return description_; }
+  BackendKind kind() const override { return device_memory() ? BackendKind::kGpu : BackendKind::kCpu; }
+  OpKind op() const override { return static_cast<OpKind>(p_->op); }
+  Numerics numerics() const override { return numerics_of(p_->numerics); }
+  std::string supports_summary() const override { return opts_.static_supports_summary; }
+
+  bool available(std::string* why) const override {
+#if !DRIFTCHECK_HAVE_GPU
+    if (device_memory()) {
+      if (why) *why = "the plugin wants device memory and this driftcheck was built without GPU support";
+      return false;
+    }
+#endif
+    if (p_->available == nullptr) return true;
+    Message m;
+    const auto lock = serialise();
+    if (p_->available(instance_, m.buf, sizeof m.buf - 1) != 0) return true;
+    if (why) *why = message_of(m.buf, "the plugin says it cannot run here");
+    return false;
+  }
+
+  Support supports(const Case& c) const override {
+    if (opts_.static_supports)
+      if (Support s = opts_.static_supports(c); !s.ok) return s;
+    const PluginCase abi(c, /*with_data=*/false);
+    Message m;
+    const auto lock = serialise();
+    if (p_->supports(instance_, abi.get(), m.buf, sizeof m.buf - 1) != 0) return Support::yes();
+    return Support::no(message_of(m.buf, "declined by the plugin (no reason given)"));
+  }
+
+  void run(Case& c) const override {
+    PluginCase abi(c, /*with_data=*/true);
+    Message m;
+    int rc = 0;
+    const auto call = [&] {
+      const auto lock = serialise();
+      rc = p_->run(instance_, abi.get(), m.buf, sizeof m.buf - 1);
+    };
+    if (device_memory())
+      run_on_device(abi, call);
+    else
+      call();
+    if (rc != 0) throw BackendError(message_of(m.buf, fmt::format("the plugin returned {}", rc)));
+  }
+
+ private:
+  bool device_memory() const {
+    return (p_->flags & DC_PLUGIN_DEVICE_MEMORY) != 0;
+  }
+  std::unique_lock<std::mutex> serialise() const {
+    return (p_->flags & DC_PLUGIN_THREAD_SAFE) != 0 ? std::unique_lock<std::mutex>()
+                                                    : std::unique_lock<std::mutex>(mu_);
+  }
+  static void run_on_device(PluginCase& abi, const std::function<void()>& call) {
+#if DRIFTCHECK_HAVE_GPU
+    gpu_run_on_storages(abi.storages(), [&](const std::vector<void*>& device, void* stream) {
+      for (std::size_t i = 0; i < device.size(); ++i) abi.set_data(i, device[i]);
+      abi.set_stream(stream);
+      call();
+    });
+#else
+    (void)abi, (void)call;
+    throw BackendError("the plugin wants device memory and this driftcheck was built without GPU support");
+#endif
+  }
+
+  std::unique_ptr<Library> lib_;
+  const dc_plugin* p_;
+  void* instance_;
+  PluginOptions opts_;
+  std::string name_, description_;
+  mutable std::mutex mu_;
+};
+
+bool valid_name(const char* s) {
+  if (s == nullptr || *s == '\0') return false;
+  for (; *s != '\0'; ++s)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' || *s == '.' || *s == '-'))
+      return false;
+  return true;
+}
+
+// Everything driftcheck reads of the struct, checked before the first call into the plugin.
+void check_plugin(const dc_plugin& p, const std::function<void(std::string)>& fail) {
+  if (p.abi_version != DC_PLUGIN_ABI_VERSION)
+    fail(fmt::format("built for plugin ABI version {}, this driftcheck loads version {}", p.abi_version,
+                     DC_PLUGIN_ABI_VERSION));
+  if (p.struct_size < sizeof(dc_plugin))
+    fail(fmt::format("struct_size {} is smaller than ABI version 1's dc_plugin ({} bytes)", p.struct_size,
+                     sizeof(dc_plugin)));
+  if (!valid_name(p.name)) fail("name must be non-empty and use only [a-z0-9_.-]");
+  if (p.op < DC_RMSNORM || p.op > DC_ATTENTION) fail(fmt::format("unknown op {}", p.op));
+  if ((p.flags & ~(DC_PLUGIN_DEVICE_MEMORY | DC_PLUGIN_THREAD_SAFE)) != 0)
+    fail(fmt::format("unknown flags 0x{:x}", p.flags));
+  if (p.supports == nullptr || p.run == nullptr) fail("supports and run must not be NULL");
+  const dc_numerics& n = p.numerics;
+  if (n.output_roundings < 1) fail("numerics.output_roundings must be at least 1");
+  for (int32_t b : {n.p_rounded, n.partials_rounded, n.kv_dequant_rounded, n.deterministic, n.batch_invariant,
+                    n.block_permutation_invariant})
+    if (b != 0 && b != 1) fail("numerics flags must be 0 or 1");
+}
+
+}  // namespace
+
+PluginCase::PluginCase(const Case& c, bool with_data) {
+  const OpSignature sig = op_signature(c);
+  const auto has = [](const std::vector<std::string>& v, const std::string& n) {
+    return std::find(v.begin(), v.end(), n) != v.end();
+  };
+  tensors_.reserve(c.tensors.size());
+  for (const auto& [name, t] : c.tensors) {
+    if (!t.defined()) continue;
+    if (t.dim() > DC_MAX_DIMS)
+      throw BackendError(
+          fmt::format("tensor {} has {} dimensions, the plugin ABI at most {}", name, t.dim(), DC_MAX_DIMS));
+    const auto it = std::find(storages_.begin(), storages_.end(), t.storage().get());
+    const auto index = static_cast<int32_t>(it - storages_.begin());
+    if (it == storages_.end()) {
+      Storage* s = t.storage().get();
+      storages_.push_back(s);
+      abi_storages_.push_back({static_cast<int32_t>(s->dtype), s->numel(), s->bytes.size(),
+                               with_data ? static_cast<void*>(s->bytes.data()) : nullptr});
+    }
+    dc_tensor v{};
+    v.name = name.c_str(), v.storage = index, v.dtype = static_cast<int32_t>(t.dtype());
+    v.ndim = static_cast<int32_t>(t.dim()), v.offset = t.offset();
+    v.role = (has(sig.inputs, name) ? DC_ROLE_INPUT : 0u) | (has(sig.outputs, name) ? DC_ROLE_OUTPUT : 0u);
+    std::copy(t.shape().begin(), t.shape().end(), v.shape);
+    std::copy(t.strides().begin(), t.strides().end(), v.strides);
+    tensors_.push_back(v);
+  }
+  case_.op = static_cast<int32_t>(c.op);
+  case_.num_storages = static_cast<int32_t>(abi_storages_.size());
+  case_.num_tensors = static_cast<int32_t>(tensors_.size());
+  case_.seed = c.seed, case_.index = c.index;
+  case_.params = to_params(c.params);
+  case_.storages = abi_storages_.data();
+  case_.tensors = tensors_.data();
+}
+
+std::unique_ptr<Backend> load_plugin(const std::filesystem::path& path, const PluginOptions& options) {
+  const auto fail = [&](std::string why) -> void {
+    throw PluginError(fmt::format("plugin {}: {}", path.string(), why));
+  };
+  // RTLD_LOCAL: two plugins may define the same symbols; RTLD_NOW: an unresolved symbol fails here, not
+  // mid-run.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* err = dlerror();
+    fail(fmt::format("cannot be loaded: {}", err ? err : "unknown dlopen error"));
+  }
+  auto lib = std::make_unique<Library>(handle);
+  const auto entry = reinterpret_cast<dc_plugin_entry>(dlsym(handle, DC_PLUGIN_ENTRY));
+  if (entry == nullptr)
+    fail("exports no function " DC_PLUGIN_ENTRY " (built with driftcheck/plugin.h, extern \"C\", visible?)");
+  const dc_plugin* p = entry();
+  if (p == nullptr) fail(DC_PLUGIN_ENTRY "() returned NULL");
+  check_plugin(*p, fail);
+  if (options.numerics && !same_numerics(*options.numerics, numerics_of(p->numerics)))
+    fail("the numerics in the backends file disagree with the ones the plugin declares");
+  void* instance = nullptr;
+  if (p->create != nullptr) {
+    Message m;
+    instance = p->create(options.config.c_str(), m.buf, sizeof m.buf - 1);
+    if (instance == nullptr) fail(fmt::format("create failed: {}", message_of(m.buf, "no reason given")));
+  }
+  return std::make_unique<PluginBackend>(std::move(lib), p, instance, options);
+}
+
+}  // namespace driftcheck

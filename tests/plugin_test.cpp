@@ -1,0 +1,164 @@
+// C plugins (driftcheck/plugin.h): the example RMSNorm plugin passes a campaign and its planted bug is found;
+// plugins that cannot be loaded are one-line errors naming the file; plugins that misbehave on a case get the
+// verdict the oracle gives a built-in backend (error, guard_violation, input_modified); the dc_case a plugin
+// sees has every storage whole, shared between the views that alias it, with each view's role.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "case_builders.hpp"
+#include "driftcheck/device/plugin_backend.hpp"
+#include "driftcheck/fuzz/campaign.hpp"
+
+namespace driftcheck {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string test_plugin(const std::string& variant) {
+  return std::string(DRIFTCHECK_PLUGIN_DIR) + "/test_plugin_" + variant + ".so";
+}
+
+PluginOptions options(std::string config, std::string name = "", std::optional<Numerics> numerics = {}) {
+  PluginOptions o;
+  o.config = std::move(config), o.name = std::move(name), o.numerics = numerics;
+  return o;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("driftcheck_plugin_test_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+// A campaign over rmsnorm cases with the example plugin (configured with `config`) as the only backend.
+reports::Report example_campaign(const std::string& config, const std::string& dir_name) {
+  Registry reg;
+  reg.add(load_plugin(DRIFTCHECK_EXAMPLE_PLUGIN, options(config)));
+  fuzz::CampaignOptions o;
+  o.ops = {OpKind::kRmsNorm};
+  o.cases = 240;
+  o.seed = 11;
+  o.jobs = 2;
+  o.out_dir = fresh_dir(dir_name);
+  o.gen.large_shapes = false;
+  o.shrink_seconds = 0;
+  o.backends = &reg;
+  reports::Report r = fuzz::run_campaign(o).report;
+  fs::remove_all(o.out_dir);
+  return r;
+}
+
+TEST(Plugin, ExamplePluginDeclaresItself) {
+  const auto b = load_plugin(DRIFTCHECK_EXAMPLE_PLUGIN);
+  EXPECT_EQ(b->name(), "plugin.example_rmsnorm");
+  EXPECT_EQ(b->op(), OpKind::kRmsNorm);
+  EXPECT_EQ(b->numerics().output_roundings, 1);
+  EXPECT_NE(b->description().find("C99"), std::string_view::npos);
+  const auto named = load_plugin(DRIFTCHECK_EXAMPLE_PLUGIN, options("", "ext.my_norm"));
+  EXPECT_EQ(named->name(), "ext.my_norm");
+}
+
+TEST(Plugin, ExamplePluginPassesACampaign) {
+  const reports::Report r = example_campaign("", "correct");
+  EXPECT_EQ(r.exit_code, 0) << (r.findings.empty() ? "" : r.findings.front().detail);
+  ASSERT_EQ(r.backends.size(), 1u);
+  const auto& b = r.backends.front();
+  EXPECT_GT(b.cases_run, 100);
+  EXPECT_EQ(b.passed, b.cases_run);
+  EXPECT_GT(b.unsupported, 0);  // residual and fp16/fp8 cases are declined, with the plugin's reason
+  EXPECT_TRUE(r.findings.empty());
+}
+
+TEST(Plugin, ExamplePluginsPlantedBugIsFound) {
+  const reports::Report r = example_campaign("planted_bug=stride_ignored", "planted");
+  EXPECT_EQ(r.exit_code, 1);
+  ASSERT_FALSE(r.findings.empty());
+  // Reading rows as packed takes the next row's head and the poisoned padding between rows (NaN) instead.
+  for (const auto& f : r.findings) {
+    EXPECT_EQ(f.backend, "plugin.example_rmsnorm");
+    EXPECT_TRUE(f.verdict == "beyond_tolerance" || f.verdict == "nan_mismatch") << f.verdict;
+  }
+}
+
+void expect_load_error(const std::string& path, const std::string& mentions, const PluginOptions& o = {}) {
+  try {
+    load_plugin(path, o);
+    ADD_FAILURE() << path << " loaded; expected: " << mentions;
+  } catch (const PluginError& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(what.starts_with("plugin " + path + ": ")) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_NE(what.find(mentions), std::string::npos) << what;
+  }
+}
+
+TEST(Plugin, PluginsThatCannotBeLoadedAreOneLineErrors) {
+  expect_load_error("/nonexistent/p.so", "cannot be loaded");
+  expect_load_error(test_plugin("no_entry"), "exports no function driftcheck_plugin");
+  expect_load_error(test_plugin("abi_2"), "built for plugin ABI version 2, this driftcheck loads version 1");
+  expect_load_error(test_plugin("null_run"), "supports and run must not be NULL");
+  expect_load_error(test_plugin("create_fails"), "create failed: cannot open device for config 'x=1'",
+                    options("x=1"));
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "unknown plugin_config 'planted_bug=nosuch'",
+                    options("planted_bug=nosuch"));
+  Numerics wider;
+  wider.output_roundings = 3;
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "numerics in the backends file disagree",
+                    options("", "", wider));
+}
+
+fuzz::Verdict verdict_of(const std::string& variant, Case c, std::string* detail = nullptr) {
+  const auto b = load_plugin(test_plugin(variant));
+  const fuzz::CheckResult r = fuzz::check_case(*b, std::move(c));
+  if (!r.support.ok) {
+    if (detail) *detail = r.support.reason;
+    return fuzz::Verdict::kUnsupported;
+  }
+  if (detail) *detail = r.evaluation.detail;
+  return r.evaluation.verdict;
+}
+
+TEST(Plugin, MisbehavingPluginsGetVerdicts) {
+  const builders::Layout padded{3, 2, 5};
+  const Case c = builders::concat_case(4, 24, 40, DType::kBF16, 3, padded);
+  std::string detail;
+  EXPECT_EQ(verdict_of("correct", c.clone()), fuzz::Verdict::kPass);
+  EXPECT_EQ(verdict_of("run_fails", c.clone(), &detail), fuzz::Verdict::kError);
+  EXPECT_EQ(detail, "CUDA error: an illegal memory access was encountered");  // first line only
+  EXPECT_EQ(verdict_of("guard_write", c.clone()), fuzz::Verdict::kGuardViolation);
+  EXPECT_EQ(verdict_of("input_write", c.clone()), fuzz::Verdict::kInputModified);
+  EXPECT_EQ(verdict_of("correct", builders::concat_case(2, 8, 8, DType::kF64, 3), &detail),
+            fuzz::Verdict::kUnsupported);
+  EXPECT_EQ(detail, "fp64: not in this test plugin");
+}
+
+TEST(Plugin, CaseHandsOverWholeStoragesWithAliasingAndRoles) {
+  Case c = builders::rmsnorm_case(3, 16, DType::kBF16, {1e-6, WeightMode::kPlain, true}, 5, {2, 1, 4});
+  c.tensors["y"] = c.tensor("x");  // in place: y aliases x
+  const PluginCase abi(c, /*with_data=*/true);
+  const dc_case* d = abi.get();
+  ASSERT_EQ(d->num_tensors, 4);
+  EXPECT_EQ(d->num_storages, 3);  // residual, w, x (= y)
+  const dc_tensor* x = dc_find_tensor(d, "x");
+  const dc_tensor* y = dc_find_tensor(d, "y");
+  const dc_tensor* r = dc_find_tensor(d, "residual");
+  ASSERT_TRUE(x && y && r);
+  EXPECT_EQ(dc_find_tensor(d, "nosuch"), nullptr);
+  EXPECT_EQ(x->storage, y->storage);
+  EXPECT_EQ(x->role, DC_ROLE_INPUT);
+  EXPECT_EQ(y->role, DC_ROLE_OUTPUT);
+  EXPECT_EQ(r->role, DC_ROLE_INPUT | DC_ROLE_OUTPUT);
+  EXPECT_EQ(x->strides[0], 18);
+  EXPECT_EQ(x->offset, c.tensor("x").offset());
+  const dc_storage& s = d->storages[x->storage];
+  EXPECT_EQ(s.numel, c.tensor("x").storage()->numel());  // the whole storage, guard bands included
+  EXPECT_EQ(s.data, c.tensor("x").storage()->bytes.data());
+  EXPECT_EQ(dc_element(d, x, 17), c.tensor("x").storage()->bytes.data() + 2 * c.tensor("x").index({1, 1}));
+  EXPECT_EQ(d->params.residual, 1);
+  EXPECT_DOUBLE_EQ(d->params.eps, 1e-6);
+  EXPECT_EQ(PluginCase(c, false).get()->storages[0].data, nullptr);
+}
+
+}  // namespace
+}  // namespace driftcheck

@@ -1,0 +1,92 @@
+/* Concat plugins for tests/plugin_test.cpp, one per TEST_PLUGIN_VARIANT: a correct one, and variants that
+ * each break one rule of driftcheck/plugin.h, to prove driftcheck turns the breach into a one-line error (a
+ * plugin it cannot load) or a verdict (a plugin that misbehaves on a case). Concat moves bytes, so one kernel
+ * serves every dtype and a correct run is bit-exact. */
+#include <stdio.h>
+#include <string.h>
+
+#include "driftcheck/plugin.h"
+
+#define CORRECT 0
+#define ABI_2 1
+#define NULL_RUN 2
+#define CREATE_FAILS 3
+#define RUN_FAILS 4
+#define GUARD_WRITE 5
+#define INPUT_WRITE 6
+#define NO_ENTRY 7
+
+static int instances;
+
+static void* create(const char* config, char* error, size_t error_size) {
+  if (TEST_PLUGIN_VARIANT == CREATE_FAILS) {
+    snprintf(error, error_size, "cannot open device for config '%s'\nsecond line", config);
+    return NULL;
+  }
+  return &instances;
+}
+
+static int supports(void* self, const dc_case* c, char* reason, size_t reason_size) {
+  (void)self;
+  if (dc_find_tensor(c, "a")->dtype == DC_F64) {
+    snprintf(reason, reason_size, "fp64: not in this test plugin");
+    return 0;
+  }
+  return 1;
+}
+
+static void copy(const dc_case* c, const dc_tensor* from, int64_t row, int64_t col, const dc_tensor* to,
+                 int64_t to_col) {
+  const int size = dc_dtype_size(from->dtype);
+  const char* src = (const char*)c->storages[from->storage].data +
+                    size * (from->offset + row * from->strides[0] + col * from->strides[1]);
+  char* dst = (char*)c->storages[to->storage].data +
+              size * (to->offset + row * to->strides[0] + to_col * to->strides[1]);
+  memcpy(dst, src, (size_t)size);
+}
+
+static int run(void* self, const dc_case* c, char* error, size_t error_size) {
+  const dc_tensor* a = dc_find_tensor(c, "a");
+  const dc_tensor* b = dc_find_tensor(c, "b");
+  const dc_tensor* out = dc_find_tensor(c, "out");
+  const int64_t rows = a->shape[0], ha = a->shape[1], hb = b->shape[1];
+  int64_t i, j;
+  (void)self;
+  if (TEST_PLUGIN_VARIANT == RUN_FAILS) {
+    snprintf(error, error_size, "CUDA error: an illegal memory access was encountered\nsecond line");
+    return 7;
+  }
+  for (i = 0; i < rows; ++i) {
+    for (j = 0; j < ha; ++j) copy(c, a, i, j, out, j);
+    for (j = 0; j < hb; ++j) copy(c, b, i, j, out, ha + j);
+  }
+  if (TEST_PLUGIN_VARIANT == GUARD_WRITE && rows > 0) /* one element past the last row: the guard band */
+    copy(c, a, 0, 0, out, (rows - 1) * out->strides[0] + ha + hb);
+  if (TEST_PLUGIN_VARIANT == INPUT_WRITE && rows > 0 && ha > 0) copy(c, b, 0, 0, a, 0);
+  return 0;
+}
+
+static const dc_plugin kPlugin = {
+    TEST_PLUGIN_VARIANT == ABI_2 ? 2u : DC_PLUGIN_ABI_VERSION,
+    sizeof(dc_plugin),
+    "test_concat",
+    "concat test plugin (tests/plugins/test_plugin.c)",
+    DC_CONCAT,
+    DC_PLUGIN_THREAD_SAFE,
+    {1, 0, 0, 0, 1, 1, 1},
+    create,
+    NULL,
+    NULL,
+    supports,
+    TEST_PLUGIN_VARIANT == NULL_RUN ? NULL : run,
+};
+
+#if TEST_PLUGIN_VARIANT != NO_ENTRY
+DC_PLUGIN_EXPORT const dc_plugin* driftcheck_plugin(void) {
+  return &kPlugin;
+}
+#else
+const dc_plugin* not_the_entry(void) {
+  return &kPlugin;
+}
+#endif
