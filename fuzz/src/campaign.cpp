@@ -224,26 +224,24 @@ void Campaign::checkpoint() {
 }
 
 void Campaign::monitor() {
-  // A TTY gets a line refreshed in place; logs get a line every 10 s.
-  const double print_every = opts_.log_is_tty ? 0.25 : 10.0;
-  const auto start = Clock::now();
-  double last_print = 0, last_checkpoint = 0;
   const auto base_cases = static_cast<std::int64_t>(watermark_);
+  // A --seconds budget drives the fraction and ETA by the clock; a --cases budget by the case count.
+  ProgressGoal goal;
+  if (opts_.cases) goal.units = static_cast<double>(*opts_.cases) - static_cast<double>(base_cases);
+  if (opts_.seconds) goal.seconds = std::max(0.0, *opts_.seconds - elapsed_offset_);
+  Progress progress(opts_.log, opts_.progress, "fuzz", "cases", goal);
+  const auto start = Clock::now();
+  double last_checkpoint = 0;
+  const auto note = [&] {
+    return fmt::format("{} checks, {} findings", live_checks_.load(), findings_.size());
+  };
   while (live_workers_ > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const double t = seconds_since(start);
     if (t - last_checkpoint >= opts_.checkpoint_seconds) checkpoint(), last_checkpoint = t;
-    if (opts_.log == nullptr || t - last_print < print_every) continue;
-    last_print = t;
-    const std::size_t n_findings = findings_.size();
-    const auto cases = live_cases_.load(), checks = live_checks_.load();
-    *opts_.log << fmt::format("{}cases {} ({:.0f}/s)  checks {} ({:.0f}/s)  findings {}  [{:.0f} s]{}",
-                              opts_.log_is_tty ? "\r\033[K" : "", base_cases + cases,
-                              cases / std::max(t, 1e-9), checks, checks / std::max(t, 1e-9), n_findings,
-                              elapsed(), opts_.log_is_tty ? "" : "\n")
-               << std::flush;
+    progress.update(static_cast<double>(live_cases_.load()), note(), findings_.size() > 0);
   }
-  if (opts_.log && opts_.log_is_tty) *opts_.log << "\n";
+  progress.finish(static_cast<double>(live_cases_.load()), note(), findings_.size() > 0);
 }
 
 reports::Report Campaign::build() const {

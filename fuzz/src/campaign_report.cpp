@@ -87,7 +87,8 @@ reports::Report build_report(const ReportInputs& in) {
 }
 
 void print_summary(const CampaignOptions& opts, const reports::Report& r) {
-  if (opts.log == nullptr) return;
+  // JSON progress is for machines, which read report.json rather than a table on stderr.
+  if (opts.log == nullptr || opts.progress.mode == ProgressMode::kJson) return;
   std::ostream& o = *opts.log;
   o << fmt::format("\n{:<44} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "backend", "run", "passed", "unsupp",
                    "failed", "worst");

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "cli_common.hpp"
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/journal.hpp"
@@ -24,6 +25,7 @@ struct FuzzArgs {
   std::string out = "driftcheck-out";
   bool mutants = false;
   bool resume = false;
+  ProgressArgs progress;
 };
 
 struct ReplayArgs {
@@ -89,7 +91,7 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
   o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs;
   o.shrink_seconds = a.shrink_seconds;
   o.out_dir = a.out, o.resume = a.resume, o.command_line = command;
-  o.log = &err, o.log_is_tty = tty;
+  o.log = a.progress.quiet ? nullptr : &err, o.progress = a.progress.style(tty);
   o.interrupt = &interrupted;
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
@@ -141,20 +143,6 @@ int replay_command(const ReplayArgs& a, std::ostream& out) {
   return report_check(b, check_case(b, std::move(c)), out);
 }
 
-// CLI11's PositiveNumber/NonNegativeNumber name their range with DBL_MAX spelled out in full: these say the
-// rule.
-CLI::Validator at_least(double min, bool strict) {
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        double v = 0;
-        if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a number";
-        if (strict ? v > min : v >= min) return {};
-        return "must be " + std::string(strict ? "> " : ">= ") + CLI::detail::to_string(min) + ", got " +
-               text;
-      },
-      strict ? "POSITIVE" : "NONNEGATIVE");
-}
-
 void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
   auto* op = cmd.add_option("--op", a.ops, "ops to fuzz, comma-separated (default: all)");
   auto* be =
@@ -172,6 +160,7 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
   auto* mut = cmd.add_flag("--mutants", a.mutants, "also run the mutant.* backends");
   // A resumed campaign keeps the stream it was started with; only budgets may change.
   cmd.add_flag("--resume", a.resume, "continue the campaign journaled in --out")->excludes(op, be, seed, mut);
+  add_progress_options(cmd, a.progress);
 }
 
 void add_replay_options(CLI::App& cmd, ReplayArgs& a) {

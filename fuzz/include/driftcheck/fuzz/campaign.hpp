@@ -21,6 +21,7 @@
 
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
+#include "driftcheck/fuzz/progress.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 #include "driftcheck/reports/report.hpp"
 
@@ -49,8 +50,8 @@ struct CampaignOptions {
   std::optional<double> shrink_seconds;  // shrink phase after discovery; default 25% of seconds (>= 5 s)
   double checkpoint_seconds = 2.0;       // progress records in the journal
   std::string command_line;              // recorded in the report
-  std::ostream* log = nullptr;           // progress line and summary (nullptr: silent)
-  bool log_is_tty = false;               // refresh the progress line in place
+  std::ostream* log = nullptr;           // progress and summary (nullptr: silent)
+  ProgressStyle progress;                // how progress is shown on `log` (progress.hpp)
   GenOptions gen;
   const Registry* backends = nullptr;  // nullptr: the built-in registry()
   // Set from a signal handler (Ctrl-C): discovery ends after the cases in flight, shrinking is skipped, and
