@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli_common.hpp"
+#include "commands.hpp"
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/journal.hpp"
@@ -181,6 +182,8 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
   ReplayArgs replay_args;
   auto* replay = app.add_subcommand("replay", "re-run one finding alone (bundle or stream case)");
   add_replay_options(*replay, replay_args);
+  std::function<int(const CommandContext&)> accept_run;
+  auto* accept = add_accept_command(app, accept_run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -190,8 +193,11 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
     std::string what = e.what();
     // CLI11 reports a missing subcommand before an unknown word, so name the word when there is one.
     if (what.empty() || what == "A subcommand is required") {
-      what = argc > 1 ? fmt::format("unknown command '{}' (commands: list, fuzz, replay)", argv[1])
-                      : "a command is required: list, fuzz or replay";
+      std::string names;
+      for (const auto* sub : app.get_subcommands({}))
+        names += fmt::format("{}{}", names.empty() ? "" : ", ", sub->get_name());
+      what = argc > 1 ? fmt::format("unknown command '{}' (commands: {})", argv[1], names)
+                      : fmt::format("a command is required: {}", names);
     }
     err << fmt::format("driftcheck: error: {} (driftcheck --help)\n", what);
     return kExitUsage;
@@ -201,6 +207,8 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
     return kExitClean;
   }
   if (fuzz->parsed()) return fuzz_command(fuzz_args, joined(argc, argv), err, tty);
+  const CommandContext ctx{joined(argc, argv), out, err, tty};
+  if (accept->parsed()) return accept_run(ctx);
   return replay_command(replay_args, out);
 }
 
