@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "cli_common.hpp"
 #include "commands.hpp"
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
@@ -182,8 +181,11 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
   ReplayArgs replay_args;
   auto* replay = app.add_subcommand("replay", "re-run one finding alone (bundle or stream case)");
   add_replay_options(*replay, replay_args);
-  std::function<int(const CommandContext&)> accept_run;
-  auto* accept = add_accept_command(app, accept_run);
+  const CliContext ctx{out, err, tty, joined(argc, argv), &interrupted, [] {
+                         std::signal(SIGINT, on_interrupt);
+                         std::signal(SIGTERM, on_interrupt);
+                       }};
+  const Command commands[] = {add_accept_command(app, ctx)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -207,8 +209,8 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
     return kExitClean;
   }
   if (fuzz->parsed()) return fuzz_command(fuzz_args, joined(argc, argv), err, tty);
-  const CommandContext ctx{joined(argc, argv), out, err, tty};
-  if (accept->parsed()) return accept_run(ctx);
+  for (const Command& c : commands)
+    if (c.app->parsed()) return c.run();
   return replay_command(replay_args, out);
 }
 

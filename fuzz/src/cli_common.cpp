@@ -1,4 +1,4 @@
-#include "cli_common.hpp"
+#include "commands.hpp"
 
 namespace driftcheck::fuzz {
 

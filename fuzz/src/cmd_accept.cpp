@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cli_common.hpp"
 #include "commands.hpp"
 #include "driftcheck/fuzz/accept.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
@@ -30,7 +29,7 @@ DType dtype_arg(const std::string& name, const char* flag) {
   return t;
 }
 
-int accept_command(AcceptArgs& a, const CommandContext& ctx) {
+int accept_command(const AcceptArgs& a, const CliContext& ctx) {
   AcceptOptions o = a.opts;
   o.model.act_dtype = dtype_arg(a.act_dtype, "--dtype");
   o.model.kv_dtype = a.kv_dtype.empty() ? o.model.act_dtype : dtype_arg(a.kv_dtype, "--kv-dtype");
@@ -94,13 +93,12 @@ void add_options(CLI::App& cmd, AcceptArgs& a) {
 
 }  // namespace
 
-CLI::App* add_accept_command(CLI::App& app, std::function<int(const CommandContext&)>& run) {
+Command add_accept_command(CLI::App& app, const CliContext& ctx) {
   auto args = std::make_shared<AcceptArgs>();
   CLI::App* cmd = app.add_subcommand(
       "accept", "acceptance proxy: would a backend's drift change a drafter's tokens? (docs/ACCEPT.md)");
   add_options(*cmd, *args);
-  run = [args](const CommandContext& ctx) { return accept_command(*args, ctx); };
-  return cmd;
+  return {cmd, [args, &ctx] { return accept_command(*args, ctx); }};
 }
 
 }  // namespace driftcheck::fuzz

@@ -1,25 +1,47 @@
-// The subcommands beyond list/fuzz/replay, one source file each (cmd_<name>.cpp): each adds its options to a
-// CLI11 subcommand and maps them to one library call. Internal to the command line.
+// Subcommands of the `driftcheck` command line that live in their own files (cmd_<name>.cpp): each adds its
+// options to the CLI11 app and returns what to run once the command line is parsed. cli.cpp maps the parsed
+// command to it and turns exceptions into the exit codes of cli.hpp. Shared pieces (validators, progress
+// options) are defined in cli_common.cpp.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <iosfwd>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "driftcheck/fuzz/progress.hpp"
+
 namespace driftcheck::fuzz {
 
-// What a command needs from the process: the full command line (recorded in files), the streams, and whether
-// stderr is a terminal (progress bars).
-struct CommandContext {
-  std::string command_line;
+struct CliContext {
   std::ostream& out;
   std::ostream& err;
   bool err_is_tty = false;
+  std::string command_line;  // as typed, recorded in reports
+  // Ctrl-C / SIGTERM: long commands call catch_interrupts() and pass `interrupt` to the library.
+  const std::atomic<bool>* interrupt = nullptr;
+  std::function<void()> catch_interrupts;
 };
 
-// `driftcheck accept` (cmd_accept.cpp). Returns the callback that runs it once parsed.
-CLI::App* add_accept_command(CLI::App& app, std::function<int(const CommandContext&)>& run);
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;  // called when `app` was parsed; returns the exit code
+};
+
+// A number validator that says the rule ("must be >= 0, got -1"); CLI11's spells out DBL_MAX.
+CLI::Validator at_least(double min, bool strict);
+
+// --progress MODE and -q/--quiet, which every long-running command takes (progress.hpp).
+struct ProgressArgs {
+  std::string mode = "auto";
+  bool quiet = false;
+  // The style for a stream that is (or is not) a terminal, with NO_COLOR and TERM from the environment.
+  ProgressStyle style(bool is_tty) const;
+};
+void add_progress_options(CLI::App& cmd, ProgressArgs& a);
+
+Command add_accept_command(CLI::App& app, const CliContext& ctx);  // accept (cmd_accept.cpp)
 
 }  // namespace driftcheck::fuzz
