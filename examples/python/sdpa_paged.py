@@ -107,11 +107,15 @@ def sdpa(q, k, v, seq, p):
         out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, p.causal, False, scale=p.scale)
         return out[0], out[1]
     visible = paged.visible(seq, p.causal, p.window)
-    mask = None if visible.all() else torch.as_tensor(visible, device=q.device)
+    # SDPA's is_causal aligns at the top left, which is the reference's alignment only when q_len == seq_len
+    top_left = p.causal and not p.window and seq.q_len == seq.seq_len
+    mask = None if visible.all() or top_left else torch.as_tensor(visible, device=q.device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=p.scale), None
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=top_left and seq.q_len > 1,
+                                               scale=p.scale)
+            return o, None
         except RuntimeError as e:
             if "No available kernel" not in str(e):
                 raise

@@ -37,9 +37,12 @@ class ViewSpec:
 
     def extent(self) -> int:
         """One past the largest storage element the view touches (offset for an empty view)."""
-        if any(s == 0 for s in self.shape):
-            return self.offset
-        return self.offset + 1 + sum((n - 1) * st for n, st in zip(self.shape, self.strides))
+        end = self.offset + 1
+        for n, st in zip(self.shape, self.strides):
+            if n == 0:
+                return self.offset
+            end += (n - 1) * st
+        return end
 
 
 def check(storages: list, views: list) -> None:
@@ -49,13 +52,11 @@ def check(storages: list, views: list) -> None:
             raise ValueError(f"view '{v.name}' names storage {v.storage} of {len(storages)}")
         if len(v.shape) != len(v.strides):
             raise ValueError(f"view '{v.name}' has {len(v.shape)} dims and {len(v.strides)} strides")
-        if v.offset < 0 or any(n < 0 for n in v.shape) or any(st < 0 for st in v.strides):
+        if v.offset < 0 or min(v.shape, default=0) < 0 or min(v.strides, default=0) < 0:
             raise ValueError(f"view '{v.name}' has a negative size, stride or offset")
-        if v.extent() > storages[v.storage].numel:
-            raise ValueError(
-                f"view '{v.name}' reaches element {v.extent() - 1} of storage {v.storage}, which has "
-                f"{storages[v.storage].numel}"
-            )
+        extent, numel = v.extent(), storages[v.storage].numel
+        if extent > numel:
+            raise ValueError(f"view '{v.name}' reaches element {extent - 1} of storage {v.storage}, which has {numel}")
 
 
 def numpy_storage(buffer, spec: StorageSpec, byte_offset: int = 0) -> np.ndarray:
@@ -64,14 +65,13 @@ def numpy_storage(buffer, spec: StorageSpec, byte_offset: int = 0) -> np.ndarray
 
 
 def numpy_view(storage: np.ndarray, view: ViewSpec) -> np.ndarray:
-    """The view as an as_strided array sharing `storage`'s memory (writes land in the storage)."""
-    item = storage.itemsize
+    """The view as a strided array sharing `storage`'s memory (writes land in the storage). NumPy checks that
+    it stays inside the storage."""
     if view.extent() == view.offset:  # empty view: nothing to address
         return np.empty(view.shape, dtype=storage.dtype)
-    base = storage[view.offset :]
-    return np.lib.stride_tricks.as_strided(
-        base, shape=view.shape, strides=tuple(s * item for s in view.strides), writeable=storage.flags.writeable
-    )
+    item = storage.itemsize
+    return np.ndarray(view.shape, storage.dtype, buffer=storage, offset=view.offset * item,
+                      strides=tuple(s * item for s in view.strides))
 
 
 def numpy_views(storages: list, views: list) -> dict:
@@ -92,8 +92,30 @@ def torch_storage(host: np.ndarray, spec: StorageSpec, device):
     return cpu.to(device, copy=True)
 
 
+def torch_storages_packed(arena: np.ndarray, specs: list, offsets: list, device):
+    """Every storage on `device` from one copy of the arena bytes they span (one host-to-device copy per case
+    instead of one per storage). Returns (device bytes, first byte, [1-D storage tensors]); offsets are multiples
+    of 64, so each storage's typed view is aligned."""
+    import torch
+
+    lo = min(offsets)
+    hi = max(off + s.nbytes for s, off in zip(specs, offsets))
+    raw = torch.frombuffer(arena, dtype=torch.uint8, count=hi - lo, offset=lo).to(device, copy=True)
+    storages = [raw[off - lo : off - lo + s.nbytes].view(dtypes.torch_dtype(s.dtype)) for s, off in
+                zip(specs, offsets)]
+    return raw, lo, storages
+
+
+def torch_copy_back_packed(raw, arena: np.ndarray, lo: int) -> None:
+    import torch
+
+    torch.frombuffer(arena, dtype=torch.uint8, count=raw.numel(), offset=lo).copy_(raw)
+
+
 def torch_view(storage, view: ViewSpec):
-    return storage.as_strided(view.shape, view.strides, view.offset)
+    # as_strided's offset counts from the start of the underlying memory, not from the tensor's own first
+    # element: a storage that is a slice of a packed copy starts at storage_offset().
+    return storage.as_strided(view.shape, view.strides, storage.storage_offset() + view.offset)
 
 
 def torch_views(storages: list, views: list) -> dict:

@@ -12,11 +12,9 @@ from .ops import op_spec
 
 
 def make_params(op: str, values: dict) -> Params:
-    """Params with every parameter of the op, typed; unknown names are an error, missing ones too."""
+    """Params with every parameter of the op, typed; a missing one is an error. Keys this runner does not know
+    are ignored (PROTOCOL.md: optional keys may be added within a protocol version)."""
     spec = op_spec(op)
-    unknown = set(values) - set(spec.params)
-    if unknown:
-        raise ValueError(f"{op}: unknown parameter(s) {', '.join(sorted(unknown))}")
     missing = set(spec.params) - set(values)
     if missing:
         raise ValueError(f"{op}: missing parameter(s) {', '.join(sorted(missing))}")
@@ -46,11 +44,13 @@ def supports(kernel: Kernel, case: Case):
     return kernel.check_supports(case)
 
 
-def run(kernel: Kernel, case: Case, host_storages: list) -> None:
+def run(kernel: Kernel, case: Case, host_storages: list, arena=None, offsets=None) -> float:
     """Runs the kernel on `case` (a metadata case) with its storages' bytes in `host_storages` (writable NumPy
     arrays, one per storage, held as dtypes.numpy_dtype). When it returns, every storage's bytes in host memory
-    are what the kernel left on its device. Raises Unsupported for a case the kernel declines at run time, any
-    other exception for a kernel error. Returns the kernel's own time in milliseconds (device work included)."""
+    are what the kernel left on its device. With `arena` (the uint8 array the storages live in) and their byte
+    `offsets`, a device run copies all storages in one transfer each way. Raises Unsupported for a case the
+    kernel declines at run time, any other exception for a kernel error. Returns the kernel's own time in
+    milliseconds (device work included)."""
     views = list(case.specs.values())
     _check_tensors(case.op, views)
     host_views = layout.numpy_views(host_storages, views)
@@ -58,21 +58,27 @@ def run(kernel: Kernel, case: Case, host_storages: list) -> None:
     if reason is not None:
         raise Unsupported(reason)
     if kernel.tensors == "numpy":
-        tensors = host_views
-        case.tensors, case._host = tensors, host_views
+        case.tensors, case._host = host_views, host_views
         start = time.perf_counter()
         kernel(case)
         return (time.perf_counter() - start) * 1e3
     import torch
 
-    specs = [layout.StorageSpec(d, len(h)) for d, h in zip(case.storage_dtypes, host_storages)]
-    device_storages = [layout.torch_storage(h, s, kernel.device) for h, s in zip(host_storages, specs)]
-    case.tensors, case._host = layout.torch_views(device_storages, views), host_views
     device = torch.device(kernel.device)
+    specs = [layout.StorageSpec(d, len(h)) for d, h in zip(case.storage_dtypes, host_storages)]
+    packed = device.type != "cpu" and arena is not None
+    if packed:
+        raw, lo, device_storages = layout.torch_storages_packed(arena, specs, offsets, device)
+    else:
+        device_storages = [layout.torch_storage(h, s, device) for h, s in zip(host_storages, specs)]
+    case.tensors, case._host = layout.torch_views(device_storages, views), host_views
     start = time.perf_counter()
     kernel(case)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     kernel_ms = (time.perf_counter() - start) * 1e3
-    layout.torch_copy_back(device_storages, host_storages)
+    if packed:
+        layout.torch_copy_back_packed(raw, arena, lo)
+    else:
+        layout.torch_copy_back(device_storages, host_storages)
     return kernel_ms

@@ -190,7 +190,8 @@ class Worker:
                 raise ValueError(f"storage {i} at arena offset {off} (+{spec.nbytes} bytes) outside the arena of {size}")
         self.map_arena(size)
         hosts = [layout.numpy_storage(self.arena, s, off) for s, off in zip(specs, offsets)]
-        kernel_ms = runner.run(kernel, case, hosts)
+        arena = np.frombuffer(self.arena, dtype=np.uint8, count=size)
+        kernel_ms = runner.run(kernel, case, hosts, arena, offsets)
         self.stats["kernel_ms"] += kernel_ms
         return {"storages": [s.nbytes for s in specs], "kernel_ms": kernel_ms}
 

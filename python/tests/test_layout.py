@@ -107,6 +107,26 @@ class TorchViews(unittest.TestCase):
                 self.assertEqual(list(diff1), [5 + 24 + 16 + 4 + 3])
                 self.assertEqual(hosts[1][5 + 24 + 16 + 4 + 3], 0x42)
 
+    def test_packed_copies_move_every_storage_whole(self):
+        # The device path copies the arena span once each way; run it with a CPU copy to check the offsets.
+        offsets = [0, 448]
+        arena = np.zeros(1024, np.uint8)
+        hosts = [layout.numpy_storage(arena, s, off) for s, off in zip(STORAGES, offsets)]
+        for h, s in zip(hosts, (host_storage(x, i) for i, x in enumerate(STORAGES))):
+            h[...] = s
+        pristine = arena.copy()
+        raw, lo, dev = layout.torch_storages_packed(arena, STORAGES, offsets, "cpu")
+        self.assertNotEqual(raw.data_ptr(), arena.ctypes.data)  # a copy, as on a device
+        views = layout.torch_views(dev, VIEWS)
+        for v in VIEWS:
+            expect = layout.numpy_views(hosts, [v])[v.name]
+            got = views[v.name].view(torch.int16 if views[v.name].dtype == torch.bfloat16 else torch.uint8)
+            np.testing.assert_array_equal(got.numpy().astype(np.int64) & 0xFFFF, expect.astype(np.int64))
+        views["y"][0, 0] = 2.0
+        layout.torch_copy_back_packed(raw, arena, lo)
+        self.assertLessEqual(set(np.flatnonzero(arena != pristine)), {6, 7})  # element 3 of storage 0 only
+        self.assertEqual(hosts[0][3], 0x4000)
+
     def test_cpu_storages_are_the_host_memory(self):
         host = host_storage(STORAGES[0], 7)
         t = layout.torch_storage(host, STORAGES[0], "cpu")
