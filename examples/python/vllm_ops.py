@@ -21,6 +21,7 @@ import argparse
 import importlib
 
 import driftcheck as dc
+from driftcheck import paged
 
 OPS = {"rms_norm": "rmsnorm", "fused_add_rms_norm": "rmsnorm", "attention": "attention",
        "dual_rmsnorm_cat": "dual_rmsnorm_cat"}
@@ -48,6 +49,8 @@ def find(modules, name):
 try:
     import torch
     import vllm  # noqa: F401
+
+    torch.set_float32_matmul_precision("highest")  # the glue's fp32 lse in IEEE fp32, never TF32
 except ImportError as e:
     dc.unavailable(f"vllm is not importable ({e}); install vLLM (or your branch: pip install -e) to run its ops")
     kernel_fn = None
@@ -101,6 +104,22 @@ def attention(case):
               softmax_scale=p.scale, causal=True, window_size=(p.window - 1, 0) if p.window else (-1, -1),
               block_table=case.block_table, softcap=p.softcap, q_descale=None, k_descale=scale(p.k_scale),
               v_descale=scale(p.v_scale), sinks=case.get("sinks"))
+    write_lse(case)
+
+
+def write_lse(case):
+    """unified_attention returns no lse: the runner's own fp32 logsumexp of the kernel's inputs (glue, so the
+    kernel is judged through o; K dequantised as the kernel does, act(fp32(k) * k_scale))."""
+    p = case.params
+    group = p.num_q_heads // p.num_kv_heads
+    for seq in paged.sequences(case):
+        k = paged.gather(case.k_cache, seq, p.block_size)
+        if dc.dtypes.is_fp8(case.dtype("k_cache")):
+            k = (dc.dtypes.to_float(k, case.dtype("k_cache")) * p.k_scale).to(case.q.dtype)
+        sinks = case.get("sinks")
+        case.lse[seq.q_start : seq.q_end].copy_(paged.lse_fp32(
+            case.q[seq.q_start : seq.q_end], k.repeat_interleave(group, dim=1), p.scale,
+            paged.visible(seq, p.causal, p.window), p.softcap, sinks))
 
 
 def attention_supports(case):

@@ -69,3 +69,19 @@ def gather(cache, seq: Sequence, block_size: int):
         pages = cache.index_select(0, torch.as_tensor(seq.blocks, device=cache.device))
     flat = pages.reshape((len(seq.blocks) * block_size,) + tuple(cache.shape[2:]))
     return flat[: seq.seq_len]
+
+
+def lse_fp32(q, k, scale, visible, softcap=0.0, sinks=None):
+    """fp32 log-sum-exp of one sequence's logits, for kernels that return none (SDPA's public API, vLLM's unified
+    attention): q [n, Hq, D] and k [L, Hq, D] (kv heads already expanded) torch tensors, visible the bool [n, L]
+    mask of `visible()`, sinks [Hq] or None. Returns [n, Hq]. This is glue, not the kernel: lse judged from it
+    checks the runner's gather, head mapping and mask, and the kernel only through o."""
+    import torch
+
+    s = torch.einsum("nhd,lhd->hnl", q.float(), k.float()) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    s = s.masked_fill(~torch.as_tensor(visible, device=s.device)[None], float("-inf"))
+    if sinks is not None:
+        s = torch.cat([s, sinks.float()[:, None, None].expand(-1, s.shape[1], 1)], dim=2)
+    return torch.logsumexp(s, dim=2).transpose(0, 1)

@@ -179,6 +179,46 @@ class NumpyAttention(Example):
         self.assertLessEqual(o_err, 1.0)  # MHA: h % Hkv == h / 1, the bug cannot show
 
 
+@unittest.skipIf(torch is None, "torch is not importable")
+class GlueLse(Example):
+    """paged.lse_fp32 (the lse SDPA's MATH/EFFICIENT/CUDNN and vLLM's unified attention entries write) on torch
+    CPU tensors gathered by paged.gather, against the definition: softcap, sinks, windows, GQA, fp8 caches."""
+
+    op = "attention"
+    argv = None
+
+    def setUp(self):
+        super().setUp()
+        import test_worker
+
+        self.argv = tuple(test_worker.script("""
+            import torch
+            from driftcheck import paged
+            @dc.attention(tensors="torch", device="cpu")
+            def k(case):
+                p = case.params
+                group = p.num_q_heads // p.num_kv_heads
+                case.o.zero_()
+                for seq in paged.sequences(case):
+                    k = paged.gather(case.k_cache, seq, p.block_size)
+                    k = dc.dtypes.to_float(k, case.dtype("k_cache"), p.k_scale)
+                    case.lse[seq.q_start : seq.q_end].copy_(paged.lse_fp32(
+                        case.q[seq.q_start : seq.q_end], k.repeat_interleave(group, dim=1), p.scale,
+                        paged.visible(seq, p.causal, p.window), p.softcap, case.get("sinks")))
+        """))
+
+    def test_matches_the_definition(self):
+        w = harness.FakeDriftcheck(list(self.argv))
+        self.workers.append(w)
+        w.hello("attention")
+        for kw in ATTENTION_CASES:
+            with self.subTest(**kw):
+                case = harness.attention_case(self.rng, **kw)
+                _, lse_ref = harness.attention_ref(case)
+                self.run_ok(w, case)
+                self.assertLess(np.max(np.abs(case.get("lse") - lse_ref)), 1e-4)
+
+
 class ConcatCopy(Example):
     argv = ("concat_copy.py",)
     op = "concat"
