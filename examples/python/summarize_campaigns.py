@@ -72,14 +72,29 @@ def campaigns_table(d, reports):
             st = load_stats(d, name)
             worker = f"{1e3 * st['seconds'] / st['runs']:.3f} ({st['kernel_ms'] / st['runs']:.3f})" if st and \
                 st["runs"] else "-"
+            worst = "-" if b["worst_ratio"] is None else f"{b['worst_ratio']:.3g}"
             lines.append(f"| {b['name']} | {res} | {b['cases_run']} | {b['unsupported']} | {rate:.1f} | "
-                         f"{b['worst_ratio']:.3g} | {failures} | {reasons} | {worker} |")
+                         f"{worst} | {failures} | {reasons} | {worker} |")
             if res.split(":")[0] in ("NO CASES RUN", "NOT CAUGHT", "FINDINGS"):
                 unexpected.append(f"{b['name']}: {res}")
         for e in r.get("errors", []):
             if not any(n in e for n in unavailable):
                 unexpected.append(f"{name}: {e}")
     return lines, unexpected
+
+
+def missing_reports(d, reports):
+    """Campaigns that wrote no report (a backend that failed its handshake is bad input: exit 2): their log's
+    last line says why."""
+    rows = []
+    for log in sorted(glob.glob(os.path.join(d, "*.log"))):
+        name = os.path.basename(log)[:-4]
+        if name in reports:
+            continue
+        with open(log) as f:
+            last = ([x.strip() for x in f if x.strip()] or ["(empty log)"])[-1]
+        rows.append(f"{name}: no report: {last}")
+    return rows
 
 
 def per_case_ms(b):
@@ -113,6 +128,7 @@ def pairs_table(d, reports):
 def main(d):
     reports = load_reports(d)
     camp, unexpected = campaigns_table(d, reports)
+    unexpected += missing_reports(d, reports)
     text = "\n".join(
         ["# Example runners: campaigns", ""] + camp
         + ["", "## External vs built-in on the same cases", ""] + pairs_table(d, reports)
