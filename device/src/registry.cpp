@@ -14,6 +14,16 @@ void Registry::add(std::unique_ptr<Backend> b) {
   backends_.push_back(std::move(b));
 }
 
+std::unique_ptr<Backend> Registry::replace(std::unique_ptr<Backend> b) {
+  if (!b) throw InvalidArgument("Registry::replace: null backend");
+  for (auto& slot : backends_) {
+    if (slot->name() != b->name()) continue;
+    std::swap(slot, b);
+    return b;
+  }
+  throw InvalidArgument(fmt::format("no backend named '{}' to replace", b->name()));
+}
+
 const Backend* Registry::find(std::string_view name) const {
   for (const auto& b : backends_)
     if (b->name() == name) return b.get();
@@ -72,6 +82,8 @@ std::string_view backend_kind_name(BackendKind k) {
       return "gpu";
     case BackendKind::kMutant:
       return "mutant";
+    case BackendKind::kExternal:
+      return "ext";
   }
   return "unknown";
 }
@@ -122,9 +134,13 @@ Registry build_registry() {
 
 }  // namespace
 
-const Registry& registry() {
-  static const Registry r = build_registry();
+Registry& extend_registry() {
+  static Registry r = build_registry();
   return r;
+}
+
+const Registry& registry() {
+  return extend_registry();
 }
 
 }  // namespace driftcheck

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/journal.hpp"
@@ -47,19 +48,31 @@ std::string numerics_summary(const Backend& b) {
   return s + fmt::format(" deterministic={} batch_invariant={}", n.deterministic, n.batch_invariant);
 }
 
-void list_command(std::ostream& out) {
+// A backend whose worker fails its handshake is listed with the reason, and makes `list` exit 2.
+std::string availability(const Backend& b, bool& bad) {
+  std::string why;
+  try {
+    return b.available(&why) ? "available" : "unavailable: " + why;
+  } catch (const external::BadBackend& e) {
+    bad = true;
+    return fmt::format("BAD BACKEND: {}", e.what());
+  }
+}
+
+int list_command(std::ostream& out) {
   out << "ops:";
   for (OpKind op : kAllOps) out << " " << op_name(op);
   out << "\n\nbackends:\n";
+  bool bad = false;
   for (const auto& b : registry().all()) {
     if (b->kind() == BackendKind::kMutant) continue;
-    std::string why;
-    const bool ok = b->available(&why);
-    const std::string supports = b->supports_summary();
+    // Availability first: an external backend's origin names its worker, known after the handshake.
+    const std::string available = availability(*b, bad);
+    const std::string supports = b->supports_summary(), origin = b->origin();
     out << fmt::format("  {}  [{} {}] {}\n      {}\n      numerics: {}\n      supports: {}\n", b->name(),
-                       backend_kind_name(b->kind()), op_name(b->op()),
-                       ok ? "available" : "unavailable: " + why, b->description(), numerics_summary(*b),
-                       supports.empty() ? "(not summarised)" : supports);
+                       backend_kind_name(b->kind()), op_name(b->op()), available, b->description(),
+                       numerics_summary(*b), supports.empty() ? "(not summarised)" : supports);
+    if (!origin.empty()) out << fmt::format("      from: {}\n", origin);
   }
   out << "\nmutants (driftcheck fuzz --mutants):\n";
   for (const auto& b : registry().all()) {
@@ -67,6 +80,7 @@ void list_command(std::ostream& out) {
     out << fmt::format("  {}  [{}] breaks {}\n      bug class: {}\n", b->name(), op_name(b->op()),
                        b->mutates(), b->bug_class());
   }
+  return bad ? kExitUsage : kExitClean;
 }
 
 std::string joined(int argc, const char* const* argv) {
@@ -174,17 +188,22 @@ void add_replay_options(CLI::App& cmd, ReplayArgs& a) {
 int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool tty) {
   CLI::App app{"driftcheck: differential numerical testing of GPU kernels against an fp64 reference"};
   app.require_subcommand(1);
+  BackendArgs backend_args;
   auto* list = app.add_subcommand("list", "ops, backends (availability, numerics, support) and mutants");
+  add_backend_options(*list, backend_args, false);
   FuzzArgs fuzz_args;
   auto* fuzz = app.add_subcommand("fuzz", "run a fuzz campaign");
   add_fuzz_options(*fuzz, fuzz_args);
+  add_backend_options(*fuzz, backend_args, true);
   ReplayArgs replay_args;
   auto* replay = app.add_subcommand("replay", "re-run one finding alone (bundle or stream case)");
   add_replay_options(*replay, replay_args);
+  add_backend_options(*replay, backend_args, true);
   const CliContext ctx{out, err, tty, joined(argc, argv), &interrupted, [] {
                          std::signal(SIGINT, on_interrupt);
                          std::signal(SIGTERM, on_interrupt);
                        }};
+  const Command worker = add_worker_command(app, ctx);
   const Command commands[] = {add_accept_command(app, ctx)};
   try {
     app.parse(argc, argv);
@@ -204,10 +223,10 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
     err << fmt::format("driftcheck: error: {} (driftcheck --help)\n", what);
     return kExitUsage;
   }
-  if (list->parsed()) {
-    list_command(out);
-    return kExitClean;
-  }
+  // A worker serves built-ins only: it must not load (or fail on) the backends files its parent names.
+  if (worker.app->parsed()) return worker.run();
+  extend_backends(backend_args);
+  if (list->parsed()) return list_command(out);
   if (fuzz->parsed()) return fuzz_command(fuzz_args, joined(argc, argv), err, tty);
   for (const Command& c : commands)
     if (c.app->parsed()) return c.run();
@@ -225,6 +244,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     err << "driftcheck: bad bundle: " << e.what() << "\n";
   } catch (const JournalError& e) {
     err << "driftcheck: bad journal: " << e.what() << "\n";
+  } catch (const external::BackendFileError& e) {
+    err << "driftcheck: bad backends file: " << e.what() << "\n";
+  } catch (const external::BadBackend& e) {
+    err << "driftcheck: bad backend: " << e.what() << "\n";
   } catch (const std::exception& e) {
     err << "driftcheck: internal error: " << e.what() << "\n";
     return kExitInternal;

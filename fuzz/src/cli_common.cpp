@@ -1,4 +1,11 @@
+#include <filesystem>
+
+#include <fmt/format.h>
+
 #include "commands.hpp"
+#include "driftcheck/external/backends_file.hpp"
+#include "driftcheck/external/isolate.hpp"
+#include "driftcheck/fuzz/campaign.hpp"
 
 namespace driftcheck::fuzz {
 
@@ -26,6 +33,31 @@ void add_progress_options(CLI::App& cmd, ProgressArgs& a) {
                  "(one JSON object per line), none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "json", "none"}));
   cmd.add_flag("-q,--quiet", a.quiet, "no progress and no summary on stderr (errors still print)");
+}
+
+void add_backend_options(CLI::App& cmd, BackendArgs& a, bool isolate) {
+  cmd.add_option("--backends", a.files,
+                 "backends file declaring external backends (TOML, docs/PROTOCOL.md); repeatable, after the "
+                 "files in DRIFTCHECK_BACKENDS");
+  if (!isolate) return;
+  cmd.add_option(
+      "--isolate", a.isolate,
+      "run the built-in backends matching GLOB out of process, a crash costing a verdict (e.g. 'gpu.*')");
+  cmd.add_option("--isolate-timeout", a.isolate_timeout, "seconds an isolated backend may take per case (60)")
+      ->check(at_least(0, true));
+}
+
+void extend_backends(const BackendArgs& a) {
+  external::register_backends_files(extend_registry(), external::backends_files_with_environment(a.files));
+  if (a.isolate.empty()) return;
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw UsageError(fmt::format("--isolate: cannot find this program's path: {}", ec.message()));
+  try {
+    external::isolate_backends(extend_registry(), a.isolate, self, a.isolate_timeout);
+  } catch (const InvalidArgument& e) {
+    throw UsageError(e.what());
+  }
 }
 
 }  // namespace driftcheck::fuzz

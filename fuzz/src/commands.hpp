@@ -8,6 +8,7 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -42,6 +43,18 @@ struct ProgressArgs {
 };
 void add_progress_options(CLI::App& cmd, ProgressArgs& a);
 
+// --backends FILE (repeatable, after the files in DRIFTCHECK_BACKENDS) and, for commands that run backends,
+// --isolate GLOB: external backends (docs/PROTOCOL.md) and isolated built-ins join the process registry.
+struct BackendArgs {
+  std::vector<std::string> files;
+  std::string isolate;
+  double isolate_timeout = 60;
+};
+void add_backend_options(CLI::App& cmd, BackendArgs& a, bool isolate);
+// Start-up, before anything reads the registry. Throws BackendFileError / UsageError.
+void extend_backends(const BackendArgs& a);
+
 Command add_accept_command(CLI::App& app, const CliContext& ctx);  // accept (cmd_accept.cpp)
+Command add_worker_command(CLI::App& app, const CliContext& ctx);  // worker (cmd_worker.cpp)
 
 }  // namespace driftcheck::fuzz

@@ -39,13 +39,34 @@ Tensor logical_f64(const Tensor& t) {
   return out;
 }
 
-std::optional<std::string> run_backend(const Backend& b, Case& c) {
+// Why a run failed: kError for anything the backend threw, kTimeout/kCrash when an out-of-process backend's
+// worker says so through BackendFault (docs/PROTOCOL.md, section 5).
+struct RunFailure {
+  Verdict verdict = Verdict::kError;
+  std::string detail;
+};
+
+Verdict fault_verdict(FaultKind k) {
+  switch (k) {
+    case FaultKind::kTimeout:
+      return Verdict::kTimeout;
+    case FaultKind::kCrash:
+      return Verdict::kCrash;
+    case FaultKind::kError:
+      break;
+  }
+  return Verdict::kError;
+}
+
+std::optional<RunFailure> run_backend(const Backend& b, Case& c) {
   try {
     b.run(c);
+  } catch (const BackendFault& e) {
+    return RunFailure{fault_verdict(e.kind()), e.what()};
   } catch (const std::exception& e) {
-    return std::string(e.what());
+    return RunFailure{Verdict::kError, e.what()};
   } catch (...) {
-    return std::string("unknown exception");
+    return RunFailure{Verdict::kError, "unknown exception"};
   }
   return std::nullopt;
 }
@@ -338,7 +359,11 @@ Case permute_blocks(const Case& pristine) {
 bool variant_differs(const Backend& b, Case variant, const Case& expected, Verdict v, std::string_view what,
                      Evaluation& ev) {
   std::optional<std::string> diff;
-  if (const auto err = run_backend(b, variant)) diff = "the run threw: " + *err;
+  if (const auto err = run_backend(b, variant)) {
+    // A worker that times out or dies on the re-run gets that verdict, not the metamorphic one.
+    if (err->verdict != Verdict::kError) v = err->verdict;
+    diff = "the run threw: " + err->detail;
+  }
   if (!diff) diff = differs(expected, variant);
   if (!diff) return false;
   ev.verdict = v;
@@ -383,6 +408,10 @@ std::string_view verdict_name(Verdict v) {
       return "unsupported";
     case Verdict::kError:
       return "error";
+    case Verdict::kTimeout:
+      return "timeout";
+    case Verdict::kCrash:
+      return "crash";
     case Verdict::kGuardViolation:
       return "guard_violation";
     case Verdict::kInputModified:
@@ -439,8 +468,8 @@ Evaluation evaluate(const Backend& backend, const PreparedCase& pc, const EvalOp
   }
   Case run = pc.input.clone();
   if (const auto err = run_backend(backend, run)) {
-    ev.verdict = Verdict::kError;
-    ev.detail = *err;
+    ev.verdict = err->verdict;
+    ev.detail = err->detail;
     return ev;
   }
   for (const auto& name : op_signature(run).outputs) ev.outputs[name] = logical_f64(run.tensor(name));

@@ -14,11 +14,27 @@
 
 namespace driftcheck {
 
-enum class BackendKind : std::uint8_t { kCpu, kGpu, kMutant };
+// kExternal: declared in a backends file and run by a worker process or plugin (docs/PROTOCOL.md).
+enum class BackendKind : std::uint8_t { kCpu, kGpu, kMutant, kExternal };
 
 class BackendError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// How a backend that runs out of process (an external worker, an --isolate'd built-in) failed a case, when
+// the failure itself is the verdict: it reported an error or broke the worker protocol, it did not answer in
+// time, or its process died (a segfault, an illegal address that killed the CUDA context). docs/PROTOCOL.md,
+// section 5.
+enum class FaultKind : std::uint8_t { kError, kTimeout, kCrash };
+
+class BackendFault : public BackendError {
+ public:
+  BackendFault(FaultKind kind, const std::string& what) : BackendError(what), kind_(kind) {}
+  FaultKind kind() const { return kind_; }
+
+ private:
+  FaultKind kind_;
 };
 
 // Whether a backend can run a case; `reason` says why not, in the field's words ("block_size 128: ROCM_ATTN's
@@ -66,6 +82,9 @@ class Backend {
   // Writes c's outputs. May be called concurrently from several threads on different cases.
   virtual void run(Case& c) const = 0;
   virtual Numerics numerics() const { return {}; }
+  // Where a backend not built in comes from, for `driftcheck list`: "backends.toml:12; worker: torch 2.11,
+  // cuda:0" for an external backend, "out of process (--isolate)" for an isolated one. Empty for built-ins.
+  virtual std::string origin() const { return {}; }
   // Mutants: the correct backend this one breaks, and the bug class it models with its source (issue/PR).
   virtual std::string_view mutates() const { return {}; }
   virtual std::string_view bug_class() const { return {}; }
@@ -74,6 +93,9 @@ class Backend {
 class Registry {
  public:
   void add(std::unique_ptr<Backend> b);  // throws InvalidArgument on a duplicate name
+  // Puts `b` in place of the backend of the same name and hands that one back (--isolate wraps a built-in
+  // backend in an out-of-process one that keeps its name). Throws InvalidArgument when there is none.
+  std::unique_ptr<Backend> replace(std::unique_ptr<Backend> b);
   const std::vector<std::unique_ptr<Backend>>& all() const { return backends_; }
   const Backend* find(std::string_view name) const;
   // Backends whose name matches a glob (`*` and `?`; a comma-separated list of globs is their union).
@@ -84,8 +106,11 @@ class Registry {
 };
 
 // The process-wide registry with every built-in backend registered (CPU twins, mutants, and GPU backends when
-// the build has them).
+// the build has them), plus what start-up added through extend_registry().
 const Registry& registry();
+// The process-wide registry for start-up only: the command line adds external backends (--backends files) and
+// swaps in isolated ones (--isolate) here, before any campaign, replay or thread reads registry().
+Registry& extend_registry();
 
 bool glob_match(std::string_view pattern, std::string_view text);
 std::string_view backend_kind_name(BackendKind k);

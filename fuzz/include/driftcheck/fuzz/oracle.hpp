@@ -18,7 +18,9 @@ namespace driftcheck::fuzz {
 enum class Verdict : std::uint8_t {
   kPass,
   kUnsupported,              // the backend declined the case; counted apart, never as a pass
-  kError,                    // the backend threw or crashed
+  kError,                    // the backend threw, or its worker reported an error or broke the protocol
+  kTimeout,                  // its worker did not answer within the backend's timeout (killed, restarted)
+  kCrash,                    // its worker process died on the case (restarted)
   kGuardViolation,           // bytes outside every output view changed (out-of-bounds write)
   kInputModified,            // an input that is not in place changed
   kNanMismatch,              // NaN where the reference is finite (or finite where it is NaN)
