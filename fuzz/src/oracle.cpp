@@ -44,6 +44,7 @@ Tensor logical_f64(const Tensor& t) {
 struct RunFailure {
   Verdict verdict = Verdict::kError;
   std::string detail;
+  bool worker_fault = false;  // a BackendFault: the verdict is the worker's, whatever check was running
 };
 
 Verdict fault_verdict(FaultKind k) {
@@ -62,7 +63,7 @@ std::optional<RunFailure> run_backend(const Backend& b, Case& c) {
   try {
     b.run(c);
   } catch (const BackendFault& e) {
-    return RunFailure{fault_verdict(e.kind()), e.what()};
+    return RunFailure{fault_verdict(e.kind()), e.what(), true};
   } catch (const std::exception& e) {
     return RunFailure{Verdict::kError, e.what()};
   } catch (...) {
@@ -360,8 +361,12 @@ bool variant_differs(const Backend& b, Case variant, const Case& expected, Verdi
                      Evaluation& ev) {
   std::optional<std::string> diff;
   if (const auto err = run_backend(b, variant)) {
-    // A worker that times out or dies on the re-run gets that verdict, not the metamorphic one.
-    if (err->verdict != Verdict::kError) v = err->verdict;
+    // A worker that faults on the re-run gets its fault's verdict, not the metamorphic one.
+    if (err->worker_fault) {
+      ev.verdict = err->verdict;
+      ev.detail = fmt::format("{} (in the re-run: {})", err->detail, what);
+      return true;
+    }
     diff = "the run threw: " + err->detail;
   }
   if (!diff) diff = differs(expected, variant);
