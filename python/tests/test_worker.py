@@ -60,6 +60,12 @@ class Handshake(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("this is a driftcheck worker", p.stderr)
 
+    def test_another_protocol_version_in_the_environment(self):
+        w = harness.FakeDriftcheck(harness.example("rmsnorm_numpy.py"), env={"DRIFTCHECK_PROTOCOL": "driftcheck.worker/2"})
+        status, _, err = w.close()
+        self.assertEqual(status, 2)
+        self.assertIn("driftcheck speaks driftcheck.worker/2, this runner driftcheck.worker/1", err)
+
     def test_end_of_file_exits_cleanly(self):
         w = harness.FakeDriftcheck(harness.example("rmsnorm_numpy.py"))
         w.hello("rmsnorm")
