@@ -23,7 +23,8 @@ EXAMPLES = os.path.join(REPO, "examples", "python")
 class FakeDriftcheck:
     """Starts a worker with requests on fd 3, replies on fd 4 and a memfd arena on fd 5, as driftcheck does."""
 
-    def __init__(self, argv, env=None):
+    def __init__(self, argv, env=None, stdio=False):
+        """stdio: the `channel = "stdio"` variant, requests on the worker's stdin and replies on its stdout."""
         self.argv = argv
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
@@ -33,22 +34,23 @@ class FakeDriftcheck:
         full_env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
         full_env.update(
             DRIFTCHECK_PROTOCOL="driftcheck.worker/1",
-            DRIFTCHECK_REQUEST_FD="3",
-            DRIFTCHECK_REPLY_FD="4",
+            DRIFTCHECK_REQUEST_FD="0" if stdio else "3",
+            DRIFTCHECK_REPLY_FD="1" if stdio else "4",
             DRIFTCHECK_ARENA_FD="5",
             DRIFTCHECK_BACKEND="ext.test",
         )
         full_env.update(env or {})
-        fds = (req_r, rep_w, self.arena_fd)
+        fds = (self.arena_fd,) if stdio else (req_r, rep_w, self.arena_fd)
+        targets = (5,) if stdio else (3, 4, 5)
 
         def place_fds():  # runs in the child before exec: the channel fds land on 3, 4, 5
             moved = [os.dup(fd) for fd in fds]
-            for target, fd in zip((3, 4, 5), moved):
+            for target, fd in zip(targets, moved):
                 os.dup2(fd, target)
 
         self.proc = subprocess.Popen(
-            argv, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=(3, 4, 5) + fds, preexec_fn=place_fds,
+            argv, env=full_env, stdin=req_r if stdio else subprocess.DEVNULL, stdout=rep_w if stdio else
+            subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=targets + fds, preexec_fn=place_fds,
         )
         os.close(req_r)
         os.close(rep_w)
@@ -105,6 +107,7 @@ class FakeDriftcheck:
                 pass
         os.close(self.req_w)
         out, err = self.proc.communicate(timeout=timeout)
+        out, err = out or b"", err or b""
         self.replies.close()
         os.close(self.arena_fd)
         return self.proc.returncode, out.decode(), err.decode()

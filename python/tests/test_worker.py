@@ -60,6 +60,22 @@ class Handshake(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("this is a driftcheck worker", p.stderr)
 
+    def test_stdio_channel_survives_a_printing_kernel(self):
+        w = harness.FakeDriftcheck(script("""
+            @dc.rmsnorm(tensors="numpy")
+            def k(case):
+                print("chatty kernel on stdout")
+                case.store("y", case.load("x"))
+        """), stdio=True)
+        self.assertTrue(w.hello("rmsnorm")[1]["available"])
+        case = harness.rmsnorm_case(np.random.default_rng(1), rows=2, hidden=8)
+        kind, _ = w.run(case)
+        self.assertEqual(kind, worker.RUN | worker.REPLY)
+        np.testing.assert_array_equal(case.get("y"), case.get("x"))
+        status, _, err = w.close()
+        self.assertEqual(status, 0)
+        self.assertIn("chatty kernel on stdout", err)  # the print went to stderr, not into the frames
+
     def test_another_protocol_version_in_the_environment(self):
         w = harness.FakeDriftcheck(harness.example("rmsnorm_numpy.py"), env={"DRIFTCHECK_PROTOCOL": "driftcheck.worker/2"})
         status, _, err = w.close()
