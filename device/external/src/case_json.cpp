@@ -2,8 +2,8 @@
 // view (shape, strides, offset in elements), so a worker rebuilds the exact layout, aliasing and guard bands
 // included.
 #include <cstring>
+#include <iterator>
 #include <limits>
-#include <map>
 
 #include <fmt/format.h>
 
@@ -15,9 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string_view weight_mode_name(WeightMode m) {
-  return m == WeightMode::kPlain ? "plain" : "one_plus";
-}
 WeightMode parse_weight_mode(const Fields& f) {
   const std::string m = f.string("weight_mode");
   if (m == "plain") return WeightMode::kPlain;
@@ -25,34 +22,65 @@ WeightMode parse_weight_mode(const Fields& f) {
   f.fail("weight_mode", fmt::format("is \"{}\", not plain or one_plus", m));
 }
 
-json params_json(const Case& c) {
-  switch (c.op) {
-    case OpKind::kRmsNorm: {
-      const auto& p = c.get<RmsNormParams>();
-      return {{"eps", p.eps}, {"weight_mode", weight_mode_name(p.weight_mode)}, {"residual", p.residual}};
-    }
-    case OpKind::kConcat:
-      return json::object();
-    case OpKind::kDualRmsNormCat: {
-      const auto& p = c.get<DualRmsNormCatParams>();
-      return {{"eps", p.eps}, {"weight_mode", weight_mode_name(p.weight_mode)}};
-    }
-    case OpKind::kAttention: {
-      const auto& p = c.get<AttentionParams>();
-      return {{"num_q_heads", p.num_q_heads},
-              {"num_kv_heads", p.num_kv_heads},
-              {"head_dim", p.head_dim},
-              {"block_size", p.block_size},
-              {"scale", p.scale},
-              {"causal", p.causal},
-              {"window", p.window},
-              {"softcap", p.softcap},
-              {"k_scale", p.k_scale},
-              {"v_scale", p.v_scale},
-              {"has_sinks", p.has_sinks}};
-    }
+// The case object is written as text directly: it goes out once or twice per run, and building a JSON tree
+// for it cost more than everything else on driftcheck's side of a small case.
+void put_quoted(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20)
+      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned char>(c));
+    else
+      out += c;
   }
-  return json::object();
+  out += '"';
+}
+
+// Shortest text that reads back as the same double, always with a fraction or exponent so a reader sees a
+// float ("1.0", not "1"). Parameters are finite (validate()).
+void put_number(std::string& out, double v) {
+  const std::size_t at = out.size();
+  fmt::format_to(std::back_inserter(out), "{}", v);
+  if (out.find_first_of(".eEn", at) == std::string::npos) out += ".0";
+}
+
+void put_list(std::string& out, const std::vector<std::int64_t>& v) {
+  fmt::format_to(std::back_inserter(out), "[{}]", fmt::join(v, ","));
+}
+void put_names(std::string& out, const std::vector<std::string>& names) {
+  out += '[';
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i) out += ',';
+    put_quoted(out, names[i]);
+  }
+  out += ']';
+}
+
+void put_params(std::string& out, const Case& c) {
+  const auto mode = [](WeightMode m) { return m == WeightMode::kPlain ? "\"plain\"" : "\"one_plus\""; };
+  const auto field = [&](std::string_view key, auto value) {
+    fmt::format_to(std::back_inserter(out), "{}\"{}\":", out.back() == '{' ? "" : ",", key);
+    if constexpr (std::is_same_v<decltype(value), double>)
+      put_number(out, value);
+    else
+      fmt::format_to(std::back_inserter(out), "{}", value);
+  };
+  out += '{';
+  if (c.op == OpKind::kRmsNorm || c.op == OpKind::kDualRmsNormCat) {
+    const bool rms = c.op == OpKind::kRmsNorm;
+    field("eps", rms ? c.get<RmsNormParams>().eps : c.get<DualRmsNormCatParams>().eps);
+    field("weight_mode",
+          mode(rms ? c.get<RmsNormParams>().weight_mode : c.get<DualRmsNormCatParams>().weight_mode));
+    if (rms) field("residual", c.get<RmsNormParams>().residual);
+  } else if (c.op == OpKind::kAttention) {
+    const auto& p = c.get<AttentionParams>();
+    field("num_q_heads", p.num_q_heads), field("num_kv_heads", p.num_kv_heads), field("head_dim", p.head_dim);
+    field("block_size", p.block_size), field("scale", p.scale), field("causal", p.causal);
+    field("window", p.window), field("softcap", p.softcap), field("k_scale", p.k_scale);
+    field("v_scale", p.v_scale), field("has_sinks", p.has_sinks);
+  }
+  out += '}';
 }
 
 OpParams parse_params(OpKind op, const json& j) {
@@ -126,27 +154,48 @@ ArenaLayout arena_layout(Case& c) {
   return l;
 }
 
-json case_json(const Case& c, const ArenaLayout* layout) {
+std::string case_text(const Case& c, const ArenaLayout* layout) {
+  std::string out, tensors;
+  out.reserve(1024), tensors.reserve(1024);
+  fmt::format_to(std::back_inserter(out),
+                 "{{\"op\":\"{}\",\"seed\":{},\"index\":{},\"params\":", op_name(c.op), c.seed, c.index);
+  put_params(out, c);
+  out += ",\"storages\":[";
   std::vector<const Storage*> order;
-  json storages = json::array(), tensors = json::object();
   for (const auto& [name, t] : c.tensors) {
     const Storage* s = t.storage().get();
     auto it = std::find(order.begin(), order.end(), s);
     if (it == order.end()) {
-      json sj = {{"dtype", dtype_name(s->dtype)}, {"numel", s->numel()}, {"nbytes", s->bytes.size()}};
-      if (layout) sj["arena_offset"] = layout->offsets[order.size()];
-      storages.push_back(std::move(sj));
+      fmt::format_to(std::back_inserter(out), "{}{{\"dtype\":\"{}\",\"numel\":{},\"nbytes\":{}",
+                     order.empty() ? "" : ",", dtype_name(s->dtype), s->numel(), s->bytes.size());
+      if (layout)
+        fmt::format_to(std::back_inserter(out), ",\"arena_offset\":{}", layout->offsets[order.size()]);
+      out += '}';
       it = order.insert(order.end(), s);
     }
-    tensors[name] = {{"storage", it - order.begin()},
-                     {"dtype", dtype_name(t.dtype())},
-                     {"shape", t.shape()},
-                     {"strides", t.strides()},
-                     {"offset", t.offset()}};
+    tensors += tensors.empty() ? "{" : ",";
+    put_quoted(tensors, name);
+    fmt::format_to(std::back_inserter(tensors),
+                   ":{{\"storage\":{},\"dtype\":\"{}\",\"shape\":", it - order.begin(),
+                   dtype_name(t.dtype()));
+    put_list(tensors, t.shape());
+    tensors += ",\"strides\":";
+    put_list(tensors, t.strides());
+    fmt::format_to(std::back_inserter(tensors), ",\"offset\":{}}}", t.offset());
   }
+  out += "],\"tensors\":";
+  out += tensors.empty() ? "{}" : tensors + "}";
   const OpSignature sig = op_signature(c);
-  return {{"op", op_name(c.op)},  {"seed", c.seed},     {"index", c.index},     {"params", params_json(c)},
-          {"storages", storages}, {"tensors", tensors}, {"inputs", sig.inputs}, {"outputs", sig.outputs}};
+  out += ",\"inputs\":";
+  put_names(out, sig.inputs);
+  out += ",\"outputs\":";
+  put_names(out, sig.outputs);
+  out += '}';
+  return out;
+}
+
+json case_json(const Case& c, const ArenaLayout* layout) {
+  return json::parse(case_text(c, layout));
 }
 
 void copy_to_arena(const ArenaLayout& l, std::span<std::byte> arena) {

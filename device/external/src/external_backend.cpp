@@ -143,11 +143,11 @@ class ExternalBackend final : public Backend {
   Support supports(const Case& c) const override {
     if (Support s = d_.supports.check(c, who_); !s.ok) return s;
     if (!link_.hello().supports_round_trip) return Support::yes();
-    std::string key = case_json(c, nullptr).dump();
+    std::string key = case_text(c, nullptr);
     if (memo.backend == this && memo.key == key) return memo.fault ? Support::yes() : memo.answer;
     memo = {this, std::move(key), Support::yes(), std::nullopt};
     try {
-      memo.answer = link_.pool().with_worker([&](Worker& w) { return w.supports(c); });
+      memo.answer = link_.pool().with_worker([&](Worker& w) { return w.supports(memo.key); });
     } catch (const BackendFault& f) {
       memo.fault = f;  // run() turns it into this case's verdict
     }
@@ -155,7 +155,7 @@ class ExternalBackend final : public Backend {
   }
 
   void run(Case& c) const override {
-    if (memo.backend == this && memo.fault && memo.key == case_json(c, nullptr).dump()) {
+    if (memo.backend == this && memo.fault && memo.key == case_text(c, nullptr)) {
       const BackendFault f = *memo.fault;
       memo = {};
       throw f;

@@ -67,7 +67,10 @@ std::string_view message_name(MessageType t) {
 }
 
 std::string encode_frame(MessageType type, std::uint32_t seq, const json& payload) {
-  const std::string body = payload.dump();
+  return encode_frame(type, seq, std::string_view(payload.dump()));
+}
+
+std::string encode_frame(MessageType type, std::uint32_t seq, std::string_view body) {
   if (body.size() > kMaxPayload)
     throw ProtocolError(
         fmt::format("{} payload of {} bytes exceeds the 16 MiB limit", message_name(type), body.size()));
@@ -77,7 +80,8 @@ std::string encode_frame(MessageType type, std::uint32_t seq, const json& payloa
   put_u16(out, static_cast<std::uint16_t>(type));
   put_u32(out, seq);
   put_u32(out, static_cast<std::uint32_t>(body.size()));
-  return out + body;
+  out += body;
+  return out;
 }
 
 FrameHeader decode_header(std::span<const std::byte, kFrameHeaderSize> b) {

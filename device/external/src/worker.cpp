@@ -83,8 +83,8 @@ Worker::Worker(const WorkerCommand& cmd, std::string backend, OpKind op)
     : backend_(std::move(backend)), arena_(std::make_unique<Arena>()), timeout_s_(cmd.timeout_s) {
   process_ = std::make_unique<Process>(SpawnSpec{cmd.exe, cmd.argv, worker_environment(cmd, backend_),
                                                  cmd.cwd, cmd.stdio_channel, arena_->fd()});
-  const Frame reply =
-      request(MessageType::kHello, hello_request(backend_, op, 5, arena_->path()), cmd.startup_timeout_s);
+  const Frame reply = request(MessageType::kHello, hello_request(backend_, op, 5, arena_->path()).dump(),
+                              cmd.startup_timeout_s);
   try {
     hello_ = parse_hello_reply(reply.payload);
   } catch (const ProtocolError& e) {
@@ -115,7 +115,7 @@ void Worker::protocol_fault(const ProtocolError& e) {
 
 // One request and its reply. Every way the exchange can go wrong becomes a BackendFault; any fault but an
 // error the worker reported (and did not call fatal) leaves the worker unhealthy, and it is killed.
-Frame Worker::request(MessageType type, const nlohmann::json& payload, double timeout_s) {
+Frame Worker::request(MessageType type, std::string_view payload, double timeout_s) {
   const Wait wait{after(timeout_s), timeout_s, fmt::format("{} request {}", message_name(type), ++seq_)};
   Frame reply;
   try {
@@ -150,7 +150,14 @@ Frame Worker::request(MessageType type, const nlohmann::json& payload, double ti
 }
 
 Support Worker::supports(const Case& c) {
-  const Frame reply = request(MessageType::kSupports, {{"case", case_json(c, nullptr)}}, timeout_s_);
+  return supports(case_text(c, nullptr));
+}
+
+Support Worker::supports(std::string_view case_object) {
+  std::string payload = "{\"case\":";
+  payload += case_object;
+  payload += '}';
+  const Frame reply = request(MessageType::kSupports, payload, timeout_s_);
   try {
     return parse_supports_reply(reply.payload);
   } catch (const ProtocolError& e) {
@@ -162,7 +169,8 @@ void Worker::run(Case& c) {
   const ArenaLayout layout = arena_layout(c);
   arena_->reserve(layout.size);
   copy_to_arena(layout, arena_->bytes());
-  const nlohmann::json payload = {{"case", case_json(c, &layout)}, {"arena_size", arena_->bytes().size()}};
+  const std::string payload =
+      fmt::format("{{\"case\":{},\"arena_size\":{}}}", case_text(c, &layout), arena_->bytes().size());
   const Frame reply = request(MessageType::kRun, payload, timeout_s_);
   try {
     check_run_reply(reply.payload, layout.nbytes);

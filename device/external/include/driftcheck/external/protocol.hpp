@@ -54,6 +54,8 @@ struct Frame {
 };
 
 std::string encode_frame(MessageType type, std::uint32_t seq, const nlohmann::json& payload);
+// The same with the payload already written as JSON text (the case object, written directly: case_text).
+std::string encode_frame(MessageType type, std::uint32_t seq, std::string_view payload);
 // Validates magic, version, type and length; throws ProtocolError naming the problem ("the worker speaks
 // protocol version 2").
 FrameHeader decode_header(std::span<const std::byte, kFrameHeaderSize> bytes);
@@ -105,7 +107,9 @@ struct ArenaLayout {
 };
 ArenaLayout arena_layout(Case& c);
 
-// The case object of docs/PROTOCOL.md section 4; with a layout, every storage gets its arena_offset.
+// The case object of docs/PROTOCOL.md section 4 as JSON text; with a layout, every storage gets its
+// arena_offset. case_json parses it back (tests, tools).
+std::string case_text(const Case& c, const ArenaLayout* layout);
 nlohmann::json case_json(const Case& c, const ArenaLayout* layout);
 void copy_to_arena(const ArenaLayout& layout, std::span<std::byte> arena);
 // Copies every storage back from the arena into the case's storages (which the layout points to).

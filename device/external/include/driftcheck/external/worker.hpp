@@ -41,6 +41,7 @@ class Worker {
 
   const HelloReply& hello() const { return hello_; }
   Support supports(const Case& c);
+  Support supports(std::string_view case_object);  // case_text(c, nullptr), when the caller has it
   // Runs c on the worker: storages into the arena, run request, storages back into c.
   void run(Case& c);
   // False once a fault left the worker unusable (it is then killed and must be replaced).
@@ -49,7 +50,7 @@ class Worker {
   void begin_shutdown();
 
  private:
-  Frame request(MessageType type, const nlohmann::json& payload, double timeout_s);
+  Frame request(MessageType type, std::string_view payload, double timeout_s);
   [[noreturn]] void protocol_fault(const ProtocolError& e);
 
   std::string backend_;
