@@ -1,8 +1,8 @@
-// The worker protocol's frame decoder and message readers (docs/PROTOCOL.md sections 2-4), fed what a worker could
-// write on the reply channel or driftcheck on the request channel: every frame, every reply reader, and the case
-// object of supports/run requests against a small arena. Anything must be read or rejected with ProtocolError;
-// an accepted frame re-encodes to the same frame, and an accepted case object written back out (case_text) reads
-// back as the same views.
+// The worker protocol's frame decoder and message readers (docs/PROTOCOL.md sections 2-4), fed what a worker
+// could write on the reply channel or driftcheck on the request channel: every frame, every reply reader, and
+// the case object of supports/run requests against a small arena. Anything must be read or rejected with
+// ProtocolError; an accepted frame re-encodes to the same frame, and an accepted case object written back out
+// (case_text) reads back as the same views.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -20,7 +20,8 @@ void check_case(const nlohmann::json& payload) {
   std::vector<std::byte> arena(4096);
   const auto it = payload.find("case");
   if (it == payload.end()) return;
-  // Storages of a supports request are allocated: at most 1 MiB, so the fuzzer finds bugs, not big allocations.
+  // Storages of a supports request are allocated: at most 1 MiB, so the fuzzer finds bugs, not big
+  // allocations.
   DecodedCase d = decode_case(*it, arena, std::uint64_t{1} << 20);
   const std::string again = case_text(d.c, nullptr);
   const DecodedCase e = decode_case(nlohmann::json::parse(again), {}, std::uint64_t{1} << 20);
