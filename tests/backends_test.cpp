@@ -512,6 +512,15 @@ std::map<std::string, Case> exposing_cases() {
   Case sinks = attention_with([](AttentionSpec& s) { s.params.has_sinks = true; });
   sinks.tensor("sinks").copy_from(std::vector<double>(4, 3.0));  // a sink worth ~20 keys: visible in o
   m["mutant.attn.sink_dropped"] = std::move(sinks);
+  // The block table as a column slice of a wider table (rows 3 entries wider than the view), every entry no
+  // sequence owns holding block 0: a kernel that ignores the row stride reads other sequences' blocks.
+  Case sliced = attention_with([](AttentionSpec&) {});
+  const Tensor dense = sliced.tensor("block_table");
+  Tensor wide = Tensor::padded(DType::kI32, dense.shape(), dense.size(1) + 3, 0, 0);
+  for (std::int64_t r = 0; r < dense.size(0); ++r)
+    for (std::int64_t j = 0; j < dense.size(1); ++j) wide.set({r, j}, std::max(dense.at({r, j}), 0.0));
+  sliced.tensor("block_table") = wide;
+  m["mutant.attn.table_stride_ignored"] = std::move(sliced);
   return m;
 }
 

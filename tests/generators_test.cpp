@@ -123,6 +123,58 @@ TEST(Materialize, GuardBandsAndUnusedKvSlotsArePoisoned) {
   EXPECT_TRUE(!std::isfinite(before) || std::fabs(before) >= 240.0) << before;
 }
 
+// The block table as a slice of a wider table (issue #12): rows table_pad_cols wider than the view, other
+// requests' rows around it holding ids of blocks sequences own; with table_poison, every entry no kernel may
+// read is outside the cache, while every entry a kernel reads is valid.
+TEST(Materialize, BlockTableIsASliceOfAWiderTable) {
+  CaseSpec s = draw_case(OpKind::kAttention, 5, 0).value();
+  s.seq_lens = {17, 40};
+  s.query_lens = {1, 1};
+  s.spare_blocks = 1;
+  auto p = std::get<AttentionParams>(s.params);
+  p.block_size = 16;
+  s.params = p;
+  s.table_pad_cols = 4;
+  s.table_rows_before = 2;
+  s.table_rows_after = 1;
+  for (const bool poison : {false, true}) {
+    s.table_poison = poison;
+    const Case c = materialize(s);
+    EXPECT_NO_THROW(validate(c));
+    const Tensor& t = c.tensor("block_table");
+    const std::int64_t blocks = c.tensor("k_cache").size(0);  // 2 + 3 + 1 spare
+    ASSERT_EQ(t.shape(), (Shape{2, 3}));
+    EXPECT_EQ(t.strides(), (Shape{7, 1}));
+    const Storage& st = *t.storage();
+    const std::int64_t first = t.offset() - 2 * 7;  // the wider table's first element
+    for (std::int64_t r = 0; r < 5; ++r) {
+      for (std::int64_t j = 0; j < 7; ++j) {
+        const double id = st.load(first + r * 7 + j);
+        const bool read = r >= 2 && r < 4 && j < (r == 2 ? 2 : 3);  // blocks sequences 0 and 1 own
+        const bool valid = id >= 0 && id < static_cast<double>(blocks);
+        EXPECT_TRUE(read || valid != poison) << "row " << r << " col " << j << ": " << id;
+        if (read) {
+          EXPECT_TRUE(valid) << id;
+        }
+      }
+    }
+  }
+}
+
+TEST(CaseSpecJson, SpecsWithoutLayoutFieldsReadAsTheDenseLayout) {
+  nlohmann::json j = as_json(draw_case(OpKind::kAttention, 1, 1).value());
+  for (const char* f : {"table_pad_cols", "table_rows_before", "table_rows_after", "table_poison",
+                        "q_token_pad", "kv_layout"})
+    j.erase(f);
+  CaseSpec s;
+  from_json(j, s);
+  EXPECT_EQ(s.table_pad_cols + s.table_rows_before + s.table_rows_after + s.q_token_pad, 0);
+  EXPECT_FALSE(s.table_poison);
+  EXPECT_EQ(s.kv_layout, KvLayout::kSeparate);
+  j["kv_layout"] = "paged";
+  EXPECT_THROW(from_json(j, s), InvalidArgument);
+}
+
 TEST(Materialize, InplaceOutputAliasesTheInput) {
   CaseSpec s;
   s.op = OpKind::kRmsNorm;
@@ -162,7 +214,9 @@ TEST(Shrinking, ShrunkSpecsStayValid) {
 TEST(Generators, BoundaryShapesAppear) {
   std::set<std::int64_t> widths, pads, offsets, block_sizes, seq_lens, ratios, dims, query_lens;
   bool inplace = false, residual = false, eps0 = false, mixed = false, fp8_scaled = false, sinks = false,
-       window = false, softcap = false, permuted = false, spare = false, split_edge = false;
+       window = false, softcap = false, permuted = false, spare = false, split_edge = false,
+       table_strided = false, table_offset = false, table_poison = false, fused_qkv = false;
+  std::set<KvLayout> kv_layouts;
   std::set<Distribution> dists;
   for (const auto& s : draws(OpKind::kRmsNorm, 600)) {
     widths.insert(s.hidden);
@@ -195,7 +249,14 @@ TEST(Generators, BoundaryShapesAppear) {
     permuted |= s.block_table_seed != 0;
     spare |= s.spare_blocks > 0;
     split_edge |= s.seq_lens.size() >= 60;
+    table_strided |= s.table_pad_cols > 0 && s.seq_lens.size() >= 2;
+    table_offset |= s.table_rows_before > 0;
+    table_poison |= s.table_poison;
+    fused_qkv |= s.q_token_pad > 0;
+    kv_layouts.insert(s.kv_layout);
   }
+  EXPECT_TRUE(table_strided && table_offset && table_poison && fused_qkv);
+  EXPECT_EQ(kv_layouts.size(), 3u);
   for (const std::int64_t b : {16, 32, 64, 128, 256, 544, 784, 1056, 3})
     EXPECT_TRUE(block_sizes.count(b)) << b;
   for (const std::int64_t r : {1, 4, 8, 16}) EXPECT_TRUE(ratios.count(r)) << r;

@@ -8,6 +8,8 @@
 #include <functional>
 #include <memory>
 
+#include <fmt/format.h>
+
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 
@@ -227,6 +229,48 @@ TEST(Oracle, UnsupportedIsNotAFailure) {
   EXPECT_EQ(verdict_name(Verdict::kBlockPermutationVariant), "block_permutation_variant");
 }
 
+// Out-of-range indices (issue #12): every CPU attention backend answers with an `error` verdict that names
+// the tensor and the index, never with an out-of-bounds read (the ASan build would abort on one). The case is
+// prepared valid, then its index tensors are corrupted where every kernel must read them.
+TEST(Oracle, OutOfRangeIndicesAreAnErrorNamingTheIndex) {
+  struct Corruption {
+    const char* tensor;
+    std::int64_t index[2];
+    double value;
+    const char* named;
+  };
+  const Corruption corruptions[] = {
+      {"block_table", {1, 0}, -1, "block_table[1, 0] = -1"},
+      {"block_table", {1, 2}, 1 << 30, "block_table[1, 2] = 1073741824"},
+      {"block_table", {0, 1}, 6, "block_table[0, 1] = 6"},  // one past the 6 physical blocks
+      {"seq_lens", {1, -1}, 1e6, "seq_lens[1] = 1000000"},
+      {"seq_lens", {0, -1}, -5, "seq_lens[0] = -5"},
+      {"query_start_loc", {1, -1}, 1000, "query_start_loc[1] = 1000"},
+      {"query_start_loc", {2, -1}, -2, "query_start_loc[2] = -2"},
+  };
+  PreparedCase pc = prepare(materialize(attn_spec()));
+  ASSERT_EQ(pc.input.tensor("k_cache").size(0), 6);
+  int judged = 0;
+  for (const auto& b : registry().all()) {
+    if (b->op() != OpKind::kAttention || b->kind() == BackendKind::kGpu) continue;
+    for (const Corruption& k : corruptions) {
+      PreparedCase bad = pc;
+      bad.input = pc.input.clone();
+      Tensor& t = bad.input.tensor(k.tensor);
+      if (k.index[1] < 0)
+        t.set({k.index[0]}, k.value);
+      else
+        t.set({k.index[0], k.index[1]}, k.value);
+      const Evaluation ev = evaluate(*b, bad, EvalOptions{false});
+      if (ev.verdict == Verdict::kUnsupported) continue;
+      ++judged;
+      EXPECT_EQ(ev.verdict, Verdict::kError) << b->name() << " " << k.named << ": " << ev.detail;
+      EXPECT_NE(ev.detail.find(k.named), std::string::npos) << b->name() << ": " << ev.detail;
+    }
+  }
+  EXPECT_GT(judged, 40);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // The tolerance formula on worked examples (docs/ORACLE.md).
 
@@ -316,6 +360,104 @@ TEST(Tolerance, TightEnoughForOneExtraRoundingLooseEnoughForFp32) {
   }
   EXPECT_GT(cases, 40);
   EXPECT_GT(caught, cases / 3) << caught << " of " << cases;
+}
+
+// Every declared-numerics combination a backend can have: the tolerance terms each flag switches on.
+std::vector<Numerics> all_numerics() {
+  std::vector<Numerics> out;
+  for (int roundings = 1; roundings <= 3; ++roundings)
+    for (int flags = 0; flags < 8; ++flags) {
+      Numerics n;
+      n.output_roundings = roundings;
+      n.p_rounded = (flags & 1) != 0;
+      n.kv_dequant_rounded = (flags & 2) != 0;
+      n.partials_rounded = (flags & 4) != 0;
+      out.push_back(n);
+    }
+  return out;
+}
+
+// The first element of a prepared case whose tolerance is not a finite positive number although its
+// reference is finite, as "o[3]: inf", or empty.
+std::string first_unbounded(const PreparedCase& pc) {
+  for (const auto& [name, ref_t] : pc.reference) {
+    const ErrorModel& m = pc.model.at(name);
+    const auto ref = ref_t.to_f64();
+    for (const Numerics& n : all_numerics())
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        if (!std::isfinite(ref[i])) continue;
+        const double t = tolerance(m, n, i, ref[i]);
+        if (!std::isfinite(t) || (!m.exact && !(t > 0)))
+          return name + "[" + std::to_string(i) + "]: " + std::to_string(t);
+      }
+  }
+  return {};
+}
+
+// Seed 7 attention case 453 as drawn at ed3f907 (issue #12): fp8 e4m3fnuz KV with k_scale 1/16, q x1024,
+// head_dim 256, scale 1. K rounded to bf16 moves its logits by hundreds, so expm1(2 (ds + dk)) overflowed:
+// 2045 of its 2048 o tolerances were infinite and 3 NaN (softmax-weighted |V| = 0), and everything passed.
+CaseSpec large_logit_fp8_spec() {
+  CaseSpec s;
+  s.op = OpKind::kAttention;
+  AttentionParams p;
+  p.num_q_heads = 2;
+  p.num_kv_heads = 2;
+  p.head_dim = 256;
+  p.block_size = 16;
+  p.scale = 1.0;
+  p.causal = false;
+  p.window = 128;
+  p.k_scale = 0.0625;
+  p.has_sinks = true;
+  s.params = p;
+  s.act_dtype = DType::kBF16;
+  s.kv_dtype = DType::kF8E4M3FNUZ;
+  s.query_lens = {4};
+  s.seq_lens = {56};
+  s.spare_blocks = 1;
+  s.block_table_seed = 1024365234;
+  s.base_offset = 1;
+  s.distribution = Distribution::kLargeLogits;
+  s.value_seed = 18282625852612860258ull;
+  return s;
+}
+
+// docs/ORACLE.md section 5: no element is judged against an infinite or NaN tolerance unless its reference is
+// non-finite, for any declared numerics, on the case that found the hole and on every op's generated cases.
+TEST(Tolerance, FiniteWhereverTheReferenceIsFinite) {
+  const PreparedCase hole = prepare(materialize(large_logit_fp8_spec()));
+  EXPECT_EQ(first_unbounded(hole), "");
+  // The bound still judges: an output outside the hull of the visible V rows fails.
+  const Evaluation far = evaluate(FnBackend(OpKind::kAttention,
+                                            [](Case& c) {
+                                              write_reference(c);
+                                              c.tensor("o").set({1, 0, 3}, 1e4);
+                                            }),
+                                  hole, EvalOptions{false});
+  EXPECT_EQ(far.verdict, Verdict::kBeyondTolerance) << far.detail;
+  for (const OpKind op : kAllOps) {
+    const std::uint64_t n = op == OpKind::kAttention ? 80 : 100;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const PreparedCase pc = prepare(materialize(draw_case(op, 7, i).value()));
+      EXPECT_EQ(first_unbounded(pc), "") << op_name(op) << " seed 7 case " << i;
+    }
+  }
+}
+
+// The detail line names the output furthest beyond its tolerance, with the evaluation's worst_ratio: the
+// journal, report.json and the text report print one number.
+TEST(Oracle, DetailRatioIsTheWorstRatio) {
+  const Evaluation ev = judge(attn_spec(), [](Case& c) {
+    write_reference(c);
+    bump(c.tensor("lse"), {0, 0}, 4000);  // lse is fp32: thousands of ulps, a few tolerances
+    bump(c.tensor("o"), {2, 1, 7}, 40);
+  });
+  ASSERT_EQ(ev.verdict, Verdict::kBeyondTolerance);
+  double largest = 0;
+  for (const auto& m : ev.metrics) largest = std::max(largest, m.worst_ratio);
+  EXPECT_EQ(ev.worst_ratio, largest);
+  EXPECT_NE(ev.detail.find(fmt::format("{:.3g}x tolerance", ev.worst_ratio)), std::string::npos) << ev.detail;
 }
 
 TEST(FusedUnfused, RoundingOrderIsNotDriftButAnUlpMoreIs) {

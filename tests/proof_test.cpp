@@ -79,5 +79,29 @@ TEST(Proof, EveryMutantIsCaught) {
   }
 }
 
+// The block table's row stride (issue #12): a kernel that reads row s at s * max_blocks is right on every
+// dense table, so it is found only because the generator draws tables that are slices of wider ones.
+TEST(Proof, TableStrideBugIsFoundThroughStridedTables) {
+  const Backend* m = registry().find("mutant.attn.table_stride_ignored");
+  ASSERT_NE(m, nullptr);
+  int dense = 0, strided_caught = 0;
+  for (const PreparedCase& pc : prepared(OpKind::kAttention)) {
+    const Tensor& t = pc.input.tensor("block_table");
+    const bool strided = t.size(0) > 1 && t.strides()[0] != t.size(1);
+    const Evaluation ev = evaluate(*m, pc, EvalOptions{false});
+    if (ev.verdict == Verdict::kUnsupported) continue;
+    if (!strided) {
+      ++dense;
+      EXPECT_FALSE(is_failure(ev.verdict)) << "case " << pc.input.index << ": " << ev.detail;
+    } else {
+      strided_caught += is_failure(ev.verdict) ? 1 : 0;
+    }
+  }
+  EXPECT_GT(dense, 50);
+  EXPECT_GT(strided_caught, 10);
+  std::cout << "[proof] table_stride_ignored: " << dense << " dense-table cases pass, " << strided_caught
+            << " strided-table cases caught\n";
+}
+
 }  // namespace
 }  // namespace driftcheck::fuzz

@@ -181,6 +181,32 @@ Support AttentionTwin::supports(const Case& c) const {
 
 // ---- case resolution
 
+// The index tensors a kernel trusts, checked before any address is formed from them: an out-of-range
+// seq_len or query_start_loc (or, in slot_index, block-table entry) is an `error` verdict naming the tensor
+// and index, never an out-of-bounds read. A correct kernel only reads what the contract lets it read, so
+// these fire for malformed cases and for mutants that read where they must not.
+void check_indices(const Batch& b) {
+  const std::int64_t rows = b.table->size(0), per_row = b.table->size(1) * b.bs;
+  if (static_cast<std::int64_t>(b.query_start.size()) != b.num_seqs + 1 || rows < b.num_seqs)
+    throw BackendError(fmt::format("query_start_loc has {} entries and block_table {} rows for {} sequences",
+                                   b.query_start.size(), rows, b.num_seqs));
+  for (std::int64_t s = 0; s < b.num_seqs; ++s) {
+    const std::int32_t len = b.seq_lens[static_cast<std::size_t>(s)];
+    if (len < 0 || len > per_row)
+      throw BackendError(
+          fmt::format("seq_lens[{}] = {}: outside [0, {}] (block_table rows hold {} blocks of {})", s, len,
+                      per_row, b.table->size(1), b.bs));
+  }
+  const std::int64_t tokens = std::min(b.q->size(0), b.o->size(0));
+  for (std::int64_t s = 0; s <= b.num_seqs; ++s) {
+    const std::int32_t at = b.query_start[static_cast<std::size_t>(s)];
+    const std::int32_t prev = s == 0 ? 0 : b.query_start[static_cast<std::size_t>(s - 1)];
+    if (at < prev || at > tokens)
+      throw BackendError(fmt::format("query_start_loc[{}] = {}: outside [{}, {}] (q has {} tokens)", s, at,
+                                     prev, tokens, tokens));
+  }
+}
+
 Batch AttentionTwin::resolve(Case& c) const {
   Batch b{};
   b.p = &c.get<AttentionParams>();
@@ -198,6 +224,7 @@ Batch AttentionTwin::resolve(Case& c) const {
   b.hkv = b.p->num_kv_heads;
   b.d = b.p->head_dim;
   b.bs = b.p->block_size;
+  check_indices(b);
   for (std::int64_t s = 0; s < b.num_seqs; ++s)
     b.max_query_len = std::max<std::int64_t>(b.max_query_len, b.query_start[s + 1] - b.query_start[s]);
   if (b.p->has_sinks && bug_ != AttnBug::kSinkDropped) {
@@ -226,8 +253,12 @@ Plan AttentionTwin::plan(const Batch& b) const {
 std::int64_t AttentionTwin::slot_index(const Batch& b, const Tensor& cache, std::int64_t s, std::int64_t t,
                                        std::int64_t g) const {
   const Tensor& tb = *b.table;
-  std::int64_t page =
-      load_i32(*tb.storage(), tb.offset() + s * tb.strides()[0] + (t / b.bs) * tb.strides()[1]);
+  const std::int64_t j = t / b.bs;
+  const std::int64_t row = bug_ == AttnBug::kTableStrideIgnored ? tb.size(1) : tb.strides()[0];
+  std::int64_t page = load_i32(*tb.storage(), tb.offset() + s * row + j * tb.strides()[1]);
+  if (page < 0 || page >= cache.size(0))
+    throw BackendError(
+        fmt::format("block_table[{}, {}] = {}: outside the cache's {} blocks", s, j, page, cache.size(0)));
   std::int64_t slot = t % b.bs;
   if (bug_ == AttnBug::kPageConversion && b.bs >= 64) {
     // Pages of bs tokens taken for kernel blocks of 16: the page id addresses a 16-token block directly.

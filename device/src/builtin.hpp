@@ -42,5 +42,6 @@ std::unique_ptr<Backend> make_mutant_attn_causal_off_by_one();
 std::unique_ptr<Backend> make_mutant_attn_window_off_by_one();
 std::unique_ptr<Backend> make_mutant_attn_softcap_missing();
 std::unique_ptr<Backend> make_mutant_attn_sink_dropped();
+std::unique_ptr<Backend> make_mutant_attn_table_stride_ignored();
 
 }  // namespace driftcheck::twin

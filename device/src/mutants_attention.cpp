@@ -82,4 +82,14 @@ std::unique_ptr<Backend> make_mutant_attn_sink_dropped() {
       AttnBug::kSinkDropped);
 }
 
+std::unique_ptr<Backend> make_mutant_attn_table_stride_ignored() {
+  return triton_mutant(
+      "mutant.attn.table_stride_ignored",
+      "block table row s read at s * max_blocks instead of s * row stride (wrong from the second sequence on "
+      "when the table is a column slice of a wider one)",
+      "ignores block_table.stride(0): vLLM passes slices of its persistent [max_reqs, max_blocks_per_req] "
+      "block table; kernels take the row stride as an argument (issue #12)",
+      AttnBug::kTableStrideIgnored);
+}
+
 }  // namespace driftcheck::twin

@@ -129,6 +129,7 @@ Registry build_registry() {
   r.add(make_mutant_attn_window_off_by_one());
   r.add(make_mutant_attn_softcap_missing());
   r.add(make_mutant_attn_sink_dropped());
+  r.add(make_mutant_attn_table_stride_ignored());
   return r;
 }
 

@@ -72,6 +72,7 @@ enum class AttnBug : std::uint8_t {
   kWindowOffByOne,      // sliding window one key too wide
   kSoftcapMissing,      // softcap not applied to the scaled logits
   kSinkDropped,         // the sink never enters the denominator
+  kTableStrideIgnored,  // block table row s read at s * max_blocks: a slice of a wider table read as dense
 };
 
 std::unique_ptr<Backend> make_attention_backend(TwinInfo info, AttnKernel kernel,

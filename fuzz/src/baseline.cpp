@@ -346,6 +346,22 @@ Outputs naive_attention(const Case& c) {
   return out.finish();
 }
 
+// One output element's softmax-weighted view of V (docs/ORACLE.md, "Attention"): M_d = sum_t p_t |v_td|, the
+// largest |v_td| over the visible keys, and the width of the hull [min(0, min_t v_td), max(0, max_t v_td)].
+struct SoftmaxRow {
+  double mw, vmax, hull;
+
+  // How far o_d = sum_t p_t v_td can move when every logit moves by at most e: each weight by a factor within
+  // [exp(-2e), exp(2e)] (numerator and normaliser), so o_d by at most expm1(2e) M_d; and, whatever the
+  // weights, both o_d and the reference lie in the hull (weights are >= 0 and sum to at most 1, a sink
+  // taking the rest), so never by more than its width. The second bound keeps the term finite where the
+  // first overflows (fp8 K rounded to the activation dtype with logits x1024: 2e in the hundreds).
+  double shift(double e) const { return mw == 0 ? 0.0 : std::min(std::expm1(2 * e) * mw, hull); }
+  // sum_t p~_t |v_td| for weights moved that way: at most exp(2e) M_d, and at most max |v_td| (they sum to
+  // 1).
+  double magnitude(double e) const { return mw == 0 ? 0.0 : std::min(std::exp(2 * e) * mw, vmax); }
+};
+
 // docs/ORACLE.md, "Attention": per query row, n visible keys, G = max_t |scale k_scale| sum_d |q_d k_td|,
 // S = max |logit|, M_d = sum_t p_t |v_td| v_scale (the softmax-weighted magnitude, >= |o_d|).
 ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& naive) {
@@ -393,28 +409,35 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
         const double ds = (gamma(a.p.head_dim, kU32) + 4 * kU32) * g_max + 8 * kU32 * (s_max + a.p.softcap);
         const double dk = fp8 ? ua * g_max + std::fabs(a.p.scale) * q1 * sub : 0.0;
         double row_naive = 0;
+        const double c_base = (5.0 * static_cast<double>(n) + 32) * kU32;
         for (std::size_t d = 0; d < dim; ++d) {
-          double mw = 0, vmax = 0;
+          double mw = 0, vmax = 0, v_lo = 0, v_hi = 0;
           for (std::int64_t key = lo; key < hi; ++key) {
-            const double vd = std::fabs(v[static_cast<std::size_t>(key) * dim + d]);
+            const double vs = v[static_cast<std::size_t>(key) * dim + d], vd = std::fabs(vs);
             mw += logit[static_cast<std::size_t>(key - lo)] / z * vd;
             vmax = std::max(vmax, vd);
+            v_lo = std::min(v_lo, vs);
+            v_hi = std::max(v_hi, vs);
           }
           const std::size_t i = row * dim + d;
-          // A logit error of at most e moves every softmax weight by a factor within [exp(-2e), exp(2e)], so
-          // by at most expm1(2e) relative: the first-order 2e falls short once e is not small (large logits
-          // with fp8 K rounded to the activation dtype reach e ~ 0.05).
-          o.base[i] = (std::expm1(2 * ds) + (5.0 * static_cast<double>(n) + 32) * kU32) * mw;
-          o.p_rounding[i] = ua * mw + static_cast<double>(n) * sub * vmax;
-          // With both, the logits are off by ds + dk: this term is what that adds to base's expm1(2 ds).
+          const SoftmaxRow sr{mw, vmax, v_hi - v_lo};
+          // The relative terms (exp, rescales, sums; P, partials rounded) scale the weights the logit error
+          // left, whose weighted magnitude is m1 (m2 with the fp8 rounding's logit error on top).
+          const double m1 = sr.magnitude(ds), m2 = sr.magnitude(ds + dk);
+          o.base[i] = sr.shift(ds) + c_base * m1;
+          o.p_rounding[i] = ua * m1 + static_cast<double>(n) * sub * vmax;
+          // With both, the logits are off by ds + dk: this term is what that adds to base's shift(ds), and to
+          // every relative term through m2 >= m1.
           o.kv_dequant_rounding[i] =
-              fp8 ? ua * mw + sub + (std::expm1(2 * (ds + dk)) - std::expm1(2 * ds)) * mw : 0.0;
-          o.partials_rounding[i] = ua * mw + sub;
+              fp8 ? ua * m2 + sub + (sr.shift(ds + dk) - sr.shift(ds)) + (c_base + 2 * ua) * (m2 - m1) : 0.0;
+          o.partials_rounding[i] = ua * m1 + sub;
           if (std::isfinite(nv_o[i]) && std::isfinite(ref_o[i]))
             row_naive = std::max(row_naive, std::fabs(nv_o[i] - ref_o[i]));
         }
         for (std::size_t d = 0; d < dim; ++d) o.baseline[row * dim + d] = row_naive;
-        lse.base[row] = ds + (2.0 * static_cast<double>(n) + 16) * kU32 + 2 * kU32 * std::fabs(ref_l[row]);
+        // A row that sees no key has lse = -inf, judged by the NaN/Inf policy: no tolerance term for it.
+        const double lse_mag = std::isfinite(ref_l[row]) ? std::fabs(ref_l[row]) : 0.0;
+        lse.base[row] = ds + (2.0 * static_cast<double>(n) + 16) * kU32 + 2 * kU32 * lse_mag;
         lse.p_rounding[row] = ua;
         lse.kv_dequant_rounding[row] = dk;
         if (std::isfinite(nv_l[row]) && std::isfinite(ref_l[row]))

@@ -192,6 +192,24 @@ AttentionParams draw_attn_params(const AttnShape& a, DType kv) {
   return p;
 }
 
+// Layouts real callers pass (docs/ORACLE.md, "Layouts"), drawn after everything else so that a case's
+// shape and values do not depend on them: the block table as a slice of a wider persistent table (row
+// stride > width in 1 of 2 cases, other requests' rows around it in 1 of 3), with ids outside the cache in
+// the entries no kernel may read in 1 of 8; q as the first columns of a fused qkv output in 1 of 4; K and V
+// as views of one tensor in 1 of 2.
+void draw_attention_layouts(CaseSpec& s) {
+  using I = std::int64_t;
+  const auto& p = std::get<AttentionParams>(s.params);
+  s.table_pad_cols =
+      *weightedOneOf<I>({w(2, rc::gen::just<I>(0)), w(1, inRange<I>(1, 5)), w(1, element<I>(16, 64))});
+  s.table_rows_before = *weightedOneOf<I>({w(2, rc::gen::just<I>(0)), w(1, inRange<I>(1, 4))});
+  s.table_rows_after = *weightedOneOf<I>({w(2, rc::gen::just<I>(0)), w(1, inRange<I>(1, 5))});
+  s.table_poison = *weightedElement<bool>({{7, false}, {1, true}});
+  s.q_token_pad = *weightedElement<bool>({{3, false}, {1, true}}) ? 2 * p.num_kv_heads * p.head_dim : 0;
+  s.kv_layout = *weightedElement<KvLayout>(
+      {{2, KvLayout::kSeparate}, {1, KvLayout::kBlockInterleaved}, {1, KvLayout::kStacked}});
+}
+
 CaseSpec draw_attention(const GenOptions& opts) {
   using I = std::int64_t;
   CaseSpec s;
@@ -250,6 +268,7 @@ CaseSpec draw_attention(const GenOptions& opts) {
                                                    {1, Distribution::kSubnormal},
                                                    {1, Distribution::kNearConstant}});
   s.value_seed = *rc::gen::arbitrary<std::uint64_t>();
+  draw_attention_layouts(s);
   return s;
 }
 

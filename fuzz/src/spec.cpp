@@ -26,7 +26,22 @@ namespace {
 // Deterministic values
 
 // Streams: one per tensor role, so shrinking one tensor's shape leaves the others' values alone.
-enum Stream : std::uint64_t { kX = 1, kW, kRes, kA, kB, kWe, kWh, kQ, kK, kV, kSinks, kPoison, kTable };
+enum Stream : std::uint64_t {
+  kX = 1,
+  kW,
+  kRes,
+  kA,
+  kB,
+  kWe,
+  kWh,
+  kQ,
+  kK,
+  kV,
+  kSinks,
+  kPoison,
+  kTable,
+  kTableFill
+};
 
 double format_max(DType t) {
   if (t == DType::kF32) return std::numeric_limits<float>::max();
@@ -248,37 +263,81 @@ Paging plan_paging(const CaseSpec& s, std::int64_t block_size) {
   return pg;
 }
 
-// Block table rows point at each sequence's blocks; entries past a sequence's last block point at a spare
-// (poisoned) block when there is one, so a kernel that reads beyond its table row reads poison.
-Tensor make_block_table(const Paging& pg, ValueRng& poison) {
+// Ids a kernel must never read, for tables drawn with table_poison: the usual "no block" sentinel, one past
+// the cache, and the int32 extremes.
+std::int32_t poisoned_id(std::size_t k, std::int64_t total) {
+  const std::int32_t ids[] = {-1, static_cast<std::int32_t>(total), std::numeric_limits<std::int32_t>::max(),
+                              std::numeric_limits<std::int32_t>::min()};
+  return ids[k % std::size(ids)];
+}
+
+// The block table, as a slice of a wider table (CaseSpec::table_*): rows [before, before + seqs) and the
+// first max_blocks columns of a [before + seqs + after, max_blocks + pad_cols] table. Row s of the view
+// points at sequence s's blocks; its entries past the sequence's last block point at a spare (poisoned) block
+// when there is one, so a kernel that reads beyond its row reads poison. Every entry outside the view holds
+// the id of a block some sequence owns (or, with table_poison, an id outside the cache, as the entries past
+// the last blocks then do too).
+Tensor make_block_table(const CaseSpec& s, const Paging& pg, ValueRng& poison) {
   const auto seqs = static_cast<std::int64_t>(pg.blocks_per_seq.size());
-  Tensor t = make_padded(DType::kI32, {seqs, pg.max_blocks}, 0, 0, poison);
+  const std::int64_t stride = pg.max_blocks + s.table_pad_cols;
+  const std::int64_t rows = s.table_rows_before + seqs + s.table_rows_after;
+  Tensor full = make_padded(DType::kI32, {rows, stride}, 0, 0, poison);
+  ValueRng fill(s.value_seed, kTableFill);
+  std::size_t poisoned = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < stride; ++j)
+      full.set({r, j}, s.table_poison ? poisoned_id(poisoned++, pg.total)
+                                      : pg.placement[fill.below(static_cast<std::uint64_t>(pg.used))]);
+  Tensor t = Tensor::view(full.storage(), {seqs, pg.max_blocks}, {stride, 1},
+                          full.offset() + s.table_rows_before * stride);
   const std::int32_t filler = pg.total > pg.used ? pg.placement[static_cast<std::size_t>(pg.used)] : 0;
   std::size_t next = 0;
-  for (std::int64_t s = 0; s < seqs; ++s) {
+  for (std::int64_t q = 0; q < seqs; ++q) {
     for (std::int64_t j = 0; j < pg.max_blocks; ++j) {
-      const bool used = j < pg.blocks_per_seq[static_cast<std::size_t>(s)];
-      t.set({s, j}, used ? pg.placement[next++] : filler);
+      const bool used = j < pg.blocks_per_seq[static_cast<std::size_t>(q)];
+      t.set({q, j}, used             ? pg.placement[next++]
+                    : s.table_poison ? poisoned_id(poisoned++, pg.total)
+                                     : filler);
     }
   }
   return t;
 }
 
+// The K and V caches as CaseSpec::kv_layout places them: storages of their own, or views of one tensor
+// ([blocks, 2, bs, Hkv, D] or [2, blocks, bs, Hkv, D]). Every element starts as poison.
+std::pair<Tensor, Tensor> make_caches(const CaseSpec& s, const Paging& pg, ValueRng& poison) {
+  const auto& p = std::get<AttentionParams>(s.params);
+  const Shape shape{pg.total, p.block_size, p.num_kv_heads, p.head_dim};
+  if (s.kv_layout == KvLayout::kSeparate) {
+    Tensor k = make_padded(s.kv_dtype, shape, 0, s.base_offset, poison);
+    return {k, make_padded(s.kv_dtype, shape, 0, s.base_offset, poison)};
+  }
+  const std::int64_t block = p.block_size * p.num_kv_heads * p.head_dim;
+  const bool interleaved = s.kv_layout == KvLayout::kBlockInterleaved;
+  const Tensor all = make_padded(s.kv_dtype,
+                                 interleaved ? Shape{pg.total, 2, p.block_size, p.num_kv_heads, p.head_dim}
+                                             : Shape{2, pg.total, p.block_size, p.num_kv_heads, p.head_dim},
+                                 0, s.base_offset, poison);
+  Shape strides = contiguous_strides(shape);
+  if (interleaved) strides[0] = 2 * block;
+  const std::int64_t v_at = interleaved ? block : pg.total * block;
+  return {Tensor::view(all.storage(), shape, strides, all.offset()),
+          Tensor::view(all.storage(), shape, strides, all.offset() + v_at)};
+}
+
 // KV values are drawn for the slots the sequences own (in order of sequences and tokens) and stored with the
 // fp8 formats' saturating quantisation (value / scale, as vLLM's quantised cache writes do); every other slot
-// keeps the poison make_padded wrote.
-Tensor make_cache(const CaseSpec& s, const Paging& pg, double scale, Distribution d, Stream stream,
-                  ValueRng& poison) {
+// keeps its poison. A slot's Hkv * D elements are contiguous in every layout.
+void fill_cache(Tensor& t, const CaseSpec& s, const Paging& pg, double scale, Distribution d, Stream stream) {
   const auto& p = std::get<AttentionParams>(s.params);
   const std::int64_t slot = p.num_kv_heads * p.head_dim;
-  Tensor t =
-      make_padded(s.kv_dtype, {pg.total, p.block_size, p.num_kv_heads, p.head_dim}, 0, s.base_offset, poison);
   std::vector<std::int64_t> live;
   std::size_t next = 0;
   for (std::size_t q = 0; q < s.seq_lens.size(); ++q) {
     for (std::int64_t tok = 0; tok < s.seq_lens[q]; ++tok)
-      live.push_back(pg.placement[next + static_cast<std::size_t>(tok / p.block_size)] * p.block_size +
-                     tok % p.block_size);
+      live.push_back(t.offset() +
+                     pg.placement[next + static_cast<std::size_t>(tok / p.block_size)] * t.strides()[0] +
+                     tok % p.block_size * t.strides()[1]);
     next += static_cast<std::size_t>(pg.blocks_per_seq[q]);
   }
   ValueRng r(s.value_seed, stream);
@@ -289,11 +348,20 @@ Tensor make_cache(const CaseSpec& s, const Paging& pg, double scale, Distributio
   Storage& st = *t.storage();
   std::vector<double> scaled(static_cast<std::size_t>(slot));
   for (std::size_t k = 0; k < live.size(); ++k) {
-    // make_padded with no row padding is contiguous: element e of slot n is at offset + n * slot + e.
     for (std::size_t e = 0; e < scaled.size(); ++e) scaled[e] = v[k * scaled.size() + e] * inv;
-    st.store_f64(t.offset() + live[k] * slot, 1, slot, scaled.data(), Overflow::kSaturate);
+    st.store_f64(live[k], 1, slot, scaled.data(), Overflow::kSaturate);
   }
-  return t;
+}
+
+// q [T, Hq, D]: heads D + row_pad apart; tokens q_token_pad further apart than the heads need (the q columns
+// of a fused qkv output).
+Tensor make_q(const CaseSpec& s, std::int64_t tokens, ValueRng& poison) {
+  const auto& p = std::get<AttentionParams>(s.params);
+  const Shape shape{tokens, p.num_q_heads, p.head_dim};
+  if (s.q_token_pad == 0) return make_padded(s.act_dtype, shape, s.row_pad, s.base_offset, poison);
+  const std::int64_t head = p.head_dim + s.row_pad, token = p.num_q_heads * head + s.q_token_pad;
+  const Tensor all = make_padded(s.act_dtype, {tokens, token}, 0, s.base_offset, poison);
+  return Tensor::view(all.storage(), shape, {token, head, 1}, all.offset());
 }
 
 Tensor i32_vector(const std::vector<std::int64_t>& v, ValueRng& poison) {
@@ -309,7 +377,7 @@ Case materialize_attention(const CaseSpec& s, ValueRng& poison) {
   const std::int64_t tokens = std::accumulate(s.query_lens.begin(), s.query_lens.end(), std::int64_t{0});
   const Paging pg = plan_paging(s, p.block_size);
   ValueRng rq(s.value_seed, kQ), rs(s.value_seed, kSinks);
-  Tensor q = make_padded(s.act_dtype, {tokens, p.num_q_heads, p.head_dim}, s.row_pad, s.base_offset, poison);
+  Tensor q = make_q(s, tokens, poison);
   // Large logits: q scaled so that scale * q.k has a spread of ~hundreds (exp overflows without max
   // subtraction).
   const Distribution qd = s.distribution == Distribution::kNearMax ? Distribution::kNormal : s.distribution;
@@ -319,11 +387,13 @@ Case materialize_attention(const CaseSpec& s, ValueRng& poison) {
           ? Distribution::kNormal
           : s.distribution;
   c.tensors["q"] = q;
-  c.tensors["k_cache"] = make_cache(s, pg, p.k_scale, kd, kK, poison);
-  c.tensors["v_cache"] = make_cache(
-      s, pg, p.v_scale, s.distribution == Distribution::kLargeLogits ? Distribution::kNormal : s.distribution,
-      kV, poison);
-  c.tensors["block_table"] = make_block_table(pg, poison);
+  auto [k_cache, v_cache] = make_caches(s, pg, poison);
+  fill_cache(k_cache, s, pg, p.k_scale, kd, kK);
+  fill_cache(v_cache, s, pg, p.v_scale,
+             s.distribution == Distribution::kLargeLogits ? Distribution::kNormal : s.distribution, kV);
+  c.tensors["k_cache"] = k_cache;
+  c.tensors["v_cache"] = v_cache;
+  c.tensors["block_table"] = make_block_table(s, pg, poison);
   c.tensors["seq_lens"] = i32_vector(s.seq_lens, poison);
   std::vector<std::int64_t> starts{0};
   for (const auto ql : s.query_lens) starts.push_back(starts.back() + ql);
@@ -360,6 +430,18 @@ std::string_view distribution_name(Distribution d) {
       return "large_logits";
   }
   return "normal";
+}
+
+std::string_view kv_layout_name(KvLayout l) {
+  switch (l) {
+    case KvLayout::kSeparate:
+      return "separate";
+    case KvLayout::kBlockInterleaved:
+      return "block_interleaved";
+    case KvLayout::kStacked:
+      return "stacked";
+  }
+  return "separate";
 }
 
 constexpr Distribution kAllDistributions[] = {Distribution::kNormal,       Distribution::kOutlierChannels,
@@ -399,6 +481,13 @@ double get_double(const nlohmann::json& j, const char* name, double min_value) {
   if (!std::isfinite(x) || x < min_value)
     bad(name, fmt::format("{} is not a finite number >= {}", x, min_value));
   return x;
+}
+
+// Fields added after format v1's first specs (issue #12 layouts) may be missing from older bundles: absent
+// means the layout those bundles were drawn with.
+std::int64_t get_int_or(const nlohmann::json& j, const char* name, std::int64_t min_value,
+                        std::int64_t dflt) {
+  return j.is_object() && j.contains(name) ? get_int(j, name, min_value) : dflt;
 }
 
 bool get_bool(const nlohmann::json& j, const char* name) {
@@ -534,6 +623,12 @@ void to_json(nlohmann::json& j, const CaseSpec& s) {
                      {"seq_lens", s.seq_lens},
                      {"spare_blocks", s.spare_blocks},
                      {"block_table_seed", s.block_table_seed},
+                     {"table_pad_cols", s.table_pad_cols},
+                     {"table_rows_before", s.table_rows_before},
+                     {"table_rows_after", s.table_rows_after},
+                     {"table_poison", s.table_poison},
+                     {"q_token_pad", s.q_token_pad},
+                     {"kv_layout", kv_layout_name(s.kv_layout)},
                      {"row_pad", s.row_pad},
                      {"base_offset", s.base_offset},
                      {"inplace_output", s.inplace_output},
@@ -558,6 +653,20 @@ void from_json(const nlohmann::json& j, CaseSpec& s) {
     bad("seq_lens", "attention needs at least one sequence");
   out.spare_blocks = get_int(j, "spare_blocks", 0);
   out.block_table_seed = get_u64(j, "block_table_seed");
+  out.table_pad_cols = get_int_or(j, "table_pad_cols", 0, 0);
+  out.table_rows_before = get_int_or(j, "table_rows_before", 0, 0);
+  out.table_rows_after = get_int_or(j, "table_rows_after", 0, 0);
+  out.table_poison = j.contains("table_poison") && get_bool(j, "table_poison");
+  out.q_token_pad = get_int_or(j, "q_token_pad", 0, 0);
+  if (j.contains("kv_layout")) {
+    const auto layout = get_string(j, "kv_layout");
+    const KvLayout all[] = {KvLayout::kSeparate, KvLayout::kBlockInterleaved, KvLayout::kStacked};
+    const auto* l =
+        std::find_if(std::begin(all), std::end(all), [&](KvLayout k) { return kv_layout_name(k) == layout; });
+    if (l == std::end(all))
+      bad("kv_layout", fmt::format("unknown layout '{}' (separate, block_interleaved, stacked)", layout));
+    out.kv_layout = *l;
+  }
   out.row_pad = get_int(j, "row_pad", 0);
   out.base_offset = get_int(j, "base_offset", 0);
   out.inplace_output = get_bool(j, "inplace_output");

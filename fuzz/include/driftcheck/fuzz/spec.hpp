@@ -25,6 +25,14 @@ enum class Distribution : std::uint8_t {
   kLargeLogits,      // attention: q.k large enough that exp overflows without max subtraction
 };
 
+// Where the K and V caches live (docs/ORACLE.md, "Layouts"): two storages, or views of one tensor as vLLM's
+// backends allocate it.
+enum class KvLayout : std::uint8_t {
+  kSeparate,          // k_cache and v_cache in storages of their own
+  kBlockInterleaved,  // one [blocks, 2, bs, Hkv, D] tensor, K and V = kv[:, 0] and kv[:, 1] (TRITON_ATTN)
+  kStacked,  // one [2, blocks, bs, Hkv, D] tensor, K and V = kv[0] and kv[1] (FLASH_ATTN, ROCM_AITER_FA)
+};
+
 struct CaseSpec {
   OpKind op = OpKind::kRmsNorm;
   OpParams params;
@@ -39,6 +47,21 @@ struct CaseSpec {
   std::vector<std::int64_t> seq_lens;
   std::int64_t spare_blocks = 0;       // physical blocks no sequence uses (poisoned)
   std::uint64_t block_table_seed = 0;  // 0: identity placement; else a random permutation of physical blocks
+  // The block table as a slice of a wider persistent table (vLLM keeps one [max_reqs, max_blocks_per_req]
+  // table and passes rows [first, first + num_seqs), sometimes only the first columns): the view's rows are
+  // max_blocks + table_pad_cols apart, with table_rows_before rows of other requests above it and
+  // table_rows_after below. Entries outside the view hold valid block ids of other sequences' blocks, so a
+  // kernel that ignores the row stride or offset reads real data of the wrong sequence.
+  std::int64_t table_pad_cols = 0;
+  std::int64_t table_rows_before = 0;
+  std::int64_t table_rows_after = 0;
+  // Entries no kernel may read (past a sequence's last block, inside and outside the view) hold ids outside
+  // the cache instead of valid ones: reading one must be an `error` verdict, not a crash.
+  bool table_poison = false;
+  // q as the first Hq * D columns of a fused qkv projection output: tokens q_token_pad elements further apart
+  // than the heads need (2 Hkv D in vLLM).
+  std::int64_t q_token_pad = 0;
+  KvLayout kv_layout = KvLayout::kSeparate;
   // layouts
   std::int64_t row_pad = 0;      // extra elements between rows (row stride = width + row_pad)
   std::int64_t base_offset = 0;  // element offset of every tensor's first element (1..7 misaligns)
