@@ -172,14 +172,9 @@ void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& sp
     ++s.unsupported, ++s.reasons[e.detail];
     return;
   }
-  ++s.run, ++stats.checks;
+  ++stats.checks;
   live_checks_.fetch_add(1);
-  if (e.verdict == Verdict::kPass)
-    ++s.passed;
-  else
-    ++s.failures[std::string(verdict_name(e.verdict))];
-  if (e.worst_ratio > s.worst_ratio || std::isnan(e.worst_ratio))
-    s.worst_ratio = e.worst_ratio, s.worst_case = p.input.index;
+  s.record(e, p.input.index);
   if (!e.outputs.empty()) outputs.emplace_back(&b, e.outputs);
   if (is_failure(e.verdict)) on_failure(b, spec, p, e);
 }

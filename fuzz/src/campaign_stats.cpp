@@ -17,6 +17,16 @@ double number_from(const json& j) {
   return j.is_string() ? std::stod(j.get<std::string>()) : j.get<double>();
 }
 
+void BackendStats::record(const Evaluation& e, std::uint64_t index) {
+  ++run;
+  if (e.verdict == Verdict::kPass)
+    ++passed;
+  else
+    ++failures[std::string(verdict_name(e.verdict))];
+  if (e.worst_ratio > worst_ratio || std::isnan(e.worst_ratio))
+    worst_ratio = e.worst_ratio, worst_case = index;
+}
+
 void BackendStats::merge(const BackendStats& o) {
   run += o.run, unsupported += o.unsupported, passed += o.passed, seconds += o.seconds;
   for (const auto& [r, n] : o.reasons) reasons[r] += n;

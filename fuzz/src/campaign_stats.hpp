@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/fuzz/oracle.hpp"
+
 namespace driftcheck::fuzz {
 
 // Non-finite numbers (a NaN output has an infinite error ratio) survive the journal as strings.
@@ -27,6 +29,9 @@ struct BackendStats {
   std::uint64_t worst_case = 0;
   double seconds = 0;
 
+  // Folds in one judged (supported) evaluation of case `index`: run, passed or failures by verdict, worst
+  // ratio.
+  void record(const Evaluation& e, std::uint64_t index);
   void merge(const BackendStats& o);
   nlohmann::json to_json() const;
   static BackendStats from_json(const nlohmann::json& j);

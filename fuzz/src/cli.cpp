@@ -7,9 +7,11 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "driftcheck/device/plugin_backend.hpp"
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/fuzz/exchange.hpp"
 #include "driftcheck/fuzz/journal.hpp"
 
 namespace driftcheck::fuzz {
@@ -204,7 +206,8 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
                          std::signal(SIGTERM, on_interrupt);
                        }};
   const Command worker = add_worker_command(app, ctx);
-  const Command commands[] = {add_accept_command(app, ctx)};
+  const Command commands[] = {add_accept_command(app, ctx), add_export_command(app, ctx),
+                              add_check_command(app, ctx)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -248,6 +251,10 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     err << "driftcheck: bad backends file: " << e.what() << "\n";
   } catch (const external::BadBackend& e) {
     err << "driftcheck: bad backend: " << e.what() << "\n";
+  } catch (const PluginError& e) {
+    err << "driftcheck: bad plugin: " << e.what() << "\n";
+  } catch (const ExchangeError& e) {
+    err << "driftcheck: bad input: " << e.what() << "\n";
   } catch (const std::exception& e) {
     err << "driftcheck: internal error: " << e.what() << "\n";
     return kExitInternal;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "driftcheck/device/plugin_backend.hpp"
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/external/isolate.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
@@ -39,6 +40,8 @@ void add_backend_options(CLI::App& cmd, BackendArgs& a, bool isolate) {
   cmd.add_option("--backends", a.files,
                  "backends file declaring external backends (TOML, docs/PROTOCOL.md); repeatable, after the "
                  "files in DRIFTCHECK_BACKENDS");
+  cmd.add_option("--plugin", a.plugins,
+                 "C plugin to load, registered as plugin.<name> (docs/PLUGIN.md); repeatable");
   if (!isolate) return;
   cmd.add_option(
       "--isolate", a.isolate,
@@ -49,12 +52,19 @@ void add_backend_options(CLI::App& cmd, BackendArgs& a, bool isolate) {
 
 void extend_backends(const BackendArgs& a) {
   external::register_backends_files(extend_registry(), external::backends_files_with_environment(a.files));
+  for (const auto& path : a.plugins) extend_registry().add(load_plugin(path));
   if (a.isolate.empty()) return;
+  // The child `driftcheck worker` registers the same files and plugins, so it can serve a plugin in process.
+  std::vector<std::string> worker_args;
+  for (const auto& f : a.files)
+    worker_args.insert(worker_args.end(), {"--backends", std::filesystem::absolute(f).string()});
+  for (const auto& p : a.plugins)
+    worker_args.insert(worker_args.end(), {"--plugin", std::filesystem::absolute(p).string()});
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) throw UsageError(fmt::format("--isolate: cannot find this program's path: {}", ec.message()));
   try {
-    external::isolate_backends(extend_registry(), a.isolate, self, a.isolate_timeout);
+    external::isolate_backends(extend_registry(), a.isolate, self, a.isolate_timeout, worker_args);
   } catch (const InvalidArgument& e) {
     throw UsageError(e.what());
   }

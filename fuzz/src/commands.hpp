@@ -47,6 +47,7 @@ void add_progress_options(CLI::App& cmd, ProgressArgs& a);
 // --isolate GLOB: external backends (docs/PROTOCOL.md) and isolated built-ins join the process registry.
 struct BackendArgs {
   std::vector<std::string> files;
+  std::vector<std::string> plugins;  // --plugin PATH: C plugins registered as plugin.<name> (docs/PLUGIN.md)
   std::string isolate;
   double isolate_timeout = 60;
 };
@@ -56,5 +57,7 @@ void extend_backends(const BackendArgs& a);
 
 Command add_accept_command(CLI::App& app, const CliContext& ctx);  // accept (cmd_accept.cpp)
 Command add_worker_command(CLI::App& app, const CliContext& ctx);  // worker (cmd_worker.cpp)
+Command add_export_command(CLI::App& app, const CliContext& ctx);  // export (cmd_export.cpp)
+Command add_check_command(CLI::App& app, const CliContext& ctx);   // check (cmd_check.cpp)
 
 }  // namespace driftcheck::fuzz

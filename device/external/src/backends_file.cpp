@@ -22,7 +22,9 @@ constexpr std::int64_t kFormatVersion = 1;
 // One file being read: every error names it and the line of the node at fault.
 class Reader {
  public:
-  explicit Reader(fs::path file) : file_(std::move(file)) {}
+  Reader(fs::path file, bool require_runner) : file_(std::move(file)), require_runner_(require_runner) {}
+  // False for `driftcheck check`, which judges outputs written elsewhere: an entry may then have no runner.
+  bool require_runner() const { return require_runner_; }
 
   [[noreturn]] void fail(const toml::source_region& where, std::string_view problem) const {
     throw BackendFileError(fmt::format("{}:{}: {}", file_.string(), where.begin.line, problem));
@@ -73,6 +75,7 @@ class Reader {
 
  private:
   fs::path file_;
+  bool require_runner_ = true;
 };
 
 DType dtype_of(const Reader& r, const toml::node& n, std::string_view key) {
@@ -254,8 +257,8 @@ bool valid_name(std::string_view n) {
 
 BackendDecl read_backend(const Reader& r, const toml::table& t, const Registry& known) {
   r.only(t,
-         {"name", "op", "description", "provenance", "command", "plugin", "env", "cwd", "timeout_s",
-          "startup_timeout_s", "workers", "channel", "numerics", "supports"},
+         {"name", "op", "description", "provenance", "command", "plugin", "plugin_config", "env", "cwd",
+          "timeout_s", "startup_timeout_s", "workers", "channel", "numerics", "supports"},
          "[[backend]]");
   BackendDecl d;
   d.file = r.file(), d.line = t.source().begin.line;
@@ -272,26 +275,30 @@ BackendDecl read_backend(const Reader& r, const toml::table& t, const Registry& 
     r.fail(*op, fmt::format("unknown op \"{}\" (ops: rmsnorm, concat, dual_rmsnorm_cat, attention)", o));
   if (const auto* v = t.get("description")) d.description = r.string(*v, "description");
   if (const auto* v = t.get("provenance")) d.provenance = r.string(*v, "provenance");
-  const auto* numerics = t.get("numerics");
-  if (!numerics)
+  // A plugin declares its numerics itself; a backends file may repeat them (they must then agree).
+  if (const auto* numerics = t.get("numerics"))
+    read_numerics(r, *numerics, known, d);
+  else if (!t.get("plugin"))
     r.fail(t, fmt::format("{} declares no \"numerics\" (a table, or \"like:<backend>\")", d.name));
-  read_numerics(r, *numerics, known, d);
   if (const auto* s = t.get("supports")) read_supports(r, *s, d);
   if (const auto* w = t.get("workers"))
     d.max_workers = static_cast<int>(std::min<std::int64_t>(r.integer(*w, "workers", 0), 1024));
   const auto* command = t.get("command");
   const auto* plugin = t.get("plugin");
-  if ((command == nullptr) == (plugin == nullptr))
+  if ((command != nullptr && plugin != nullptr) ||
+      (command == nullptr && plugin == nullptr && r.require_runner()))
     r.fail(t,
            fmt::format("{} needs exactly one of \"command\" (a worker) and \"plugin\" (a C plugin)", d.name));
   if (command) {
     d.worker = read_worker(r, t, *command);
+    if (const auto* v = t.get("plugin_config"))
+      r.fail(*v, "\"plugin_config\" applies to a \"plugin\", not a worker \"command\"");
   } else {
     for (const char* key : {"env", "cwd", "timeout_s", "startup_timeout_s", "channel"})
       if (const auto* v = t.get(key))
-        r.fail(*v, fmt::format("\"{}\" applies to a worker \"command\", not a plugin", key));
-    const fs::path dir = r.file().parent_path();
-    d.plugin = dir / r.string(*plugin, "plugin");
+        r.fail(*v, fmt::format("\"{}\" applies to a worker \"command\" only", key));
+    if (plugin) d.plugin = r.file().parent_path() / r.string(*plugin, "plugin");
+    if (const auto* v = t.get("plugin_config")) d.plugin_config = r.string(*v, "plugin_config");
   }
   return d;
 }
@@ -323,8 +330,8 @@ std::vector<BackendDecl> read_file(const Reader& r, const toml::table& root, con
 }  // namespace
 
 std::vector<BackendDecl> load_backends_text(std::string_view text, const fs::path& file,
-                                            const Registry& known) {
-  const Reader r(file);
+                                            const Registry& known, bool require_runner) {
+  const Reader r(file, require_runner);
   toml::table root;
   try {
     root = toml::parse(text, file.string());
@@ -334,11 +341,12 @@ std::vector<BackendDecl> load_backends_text(std::string_view text, const fs::pat
   return read_file(r, root, known);
 }
 
-std::vector<BackendDecl> load_backends_file(const fs::path& file, const Registry& known) {
+std::vector<BackendDecl> load_backends_file(const fs::path& file, const Registry& known,
+                                            bool require_runner) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw BackendFileError(fmt::format("{}: cannot be read", file.string()));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return load_backends_text(text, file, known);
+  return load_backends_text(text, file, known, require_runner);
 }
 
 void register_backends_files(Registry& registry, const std::vector<std::string>& files) {

@@ -172,9 +172,7 @@ class ExternalBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_external_backend(BackendDecl decl) {
-  if (decl.plugin)
-    throw BackendFileError(fmt::format("{}: {}: C plugins are not supported by this driftcheck build",
-                                       decl.origin(), decl.name));
+  if (decl.plugin) return make_plugin_backend(decl);
   return std::make_unique<ExternalBackend>(std::move(decl));
 }
 

@@ -89,8 +89,9 @@ struct Library {
 
 class PluginBackend final : public Backend {
  public:
-  PluginBackend(std::unique_ptr<Library> lib, const dc_plugin* p, void* instance, PluginOptions o)
-      : lib_(std::move(lib)), p_(p), instance_(instance), opts_(std::move(o)) {
+  PluginBackend(std::unique_ptr<Library> lib, const dc_plugin* p, void* instance, PluginOptions o,
+                std::filesystem::path path)
+      : lib_(std::move(lib)), p_(p), instance_(instance), opts_(std::move(o)), path_(std::move(path)) {
     name_ = opts_.name.empty() ? fmt::format("plugin.{}", p_->name) : opts_.name;
     description_ = opts_.description.empty() && p_->description ? p_->description : opts_.description;
   }
@@ -102,7 +103,10 @@ class PluginBackend final : public Backend {
 
   std::string_view name() const override { return name_; }
   std::string_view description() const override { return description_; }
-  BackendKind kind() const override { return device_memory() ? BackendKind::kGpu : BackendKind::kCpu; }
+  BackendKind kind() const override { return BackendKind::kExternal; }
+  std::string origin() const override {
+    return fmt::format("{}plugin {}", opts_.origin.empty() ? "" : opts_.origin + "; ", path_.string());
+  }
   OpKind op() const override { return static_cast<OpKind>(p_->op); }
   Numerics numerics() const override { return numerics_of(p_->numerics); }
   std::string supports_summary() const override { return opts_.static_supports_summary; }
@@ -172,6 +176,7 @@ class PluginBackend final : public Backend {
   const dc_plugin* p_;
   void* instance_;
   PluginOptions opts_;
+  std::filesystem::path path_;
   std::string name_, description_;
   mutable std::mutex mu_;
 };
@@ -268,7 +273,7 @@ std::unique_ptr<Backend> load_plugin(const std::filesystem::path& path, const Pl
     instance = p->create(options.config.c_str(), m.buf, sizeof m.buf - 1);
     if (instance == nullptr) fail(fmt::format("create failed: {}", message_of(m.buf, "no reason given")));
   }
-  return std::make_unique<PluginBackend>(std::move(lib), p, instance, options);
+  return std::make_unique<PluginBackend>(std::move(lib), p, instance, options, path);
 }
 
 }  // namespace driftcheck

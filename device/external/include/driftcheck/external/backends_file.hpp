@@ -55,18 +55,23 @@ struct BackendDecl {
   std::optional<WorkerCommand> worker;  // `command = [...]`
   int max_workers = 0;
   std::optional<std::filesystem::path> plugin;  // `plugin = "path.so"`, resolved against the file's directory
+  std::string plugin_config;                    // `plugin_config = "..."`, handed to the plugin's create()
 
   std::string origin() const { return file.string() + ":" + std::to_string(line); }
 };
 
 // Reads and checks one file; `known` resolves `numerics = "like:NAME"` and rejects duplicate names. Throws
-// BackendFileError.
-std::vector<BackendDecl> load_backends_file(const std::filesystem::path& file, const Registry& known);
+// BackendFileError. Without `require_runner` (`driftcheck check`, which judges outputs written elsewhere) an
+// entry may have neither `command` nor `plugin`.
+std::vector<BackendDecl> load_backends_file(const std::filesystem::path& file, const Registry& known,
+                                            bool require_runner = true);
 // The same for a file's text already in memory (`file` names it in errors; the fuzz target's entry point).
 std::vector<BackendDecl> load_backends_text(std::string_view text, const std::filesystem::path& file,
-                                            const Registry& known);
+                                            const Registry& known, bool require_runner = true);
 // The backend a declaration runs as.
 std::unique_ptr<Backend> make_external_backend(BackendDecl decl);
+// The backend of a `plugin` declaration (docs/PLUGIN.md); throws BackendFileError naming the file and line.
+std::unique_ptr<Backend> make_plugin_backend(const BackendDecl& decl);
 // Loads each file (in order) into `registry`. Throws BackendFileError.
 void register_backends_files(Registry& registry, const std::vector<std::string>& files);
 // The files named by DRIFTCHECK_BACKENDS (':'-separated), then `files`.

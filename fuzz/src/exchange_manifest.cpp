@@ -1,0 +1,228 @@
+// The exchange manifest (driftcheck.exchange v1) and the case files it names: writing an entry and a case
+// file for export, reading and cross-checking them for check (docs/EXCHANGE.md).
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "driftcheck/external/protocol.hpp"
+#include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/fuzz/exchange.hpp"
+#include "driftcheck/io/safetensors.hpp"
+#include "exchange_files.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+using nlohmann::json;
+
+// Case ids become file names: no separators, no "..", nothing a shell or another OS would read differently.
+bool valid_id(std::string_view id) {
+  return !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '-';
+  });
+}
+
+std::string text_of(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ExchangeError(fmt::format("{}: cannot be read", path.string()));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+template <class T>
+T field(const json& j, const char* key, bool (json::*is)() const noexcept, std::string_view what) {
+  const auto it = j.find(key);
+  if (it == j.end() || !((*it).*is)())
+    throw ExchangeError(fmt::format("\"{}\" is missing or not {}", key, what));
+  return it->get<T>();
+}
+
+// Storage names and, for each storage, a tensor that views it (the first in name order).
+void read_storages(const json& case_object, ManifestCase& mc) {
+  const json& storages = case_object.at("storages");
+  const json& tensors = case_object.at("tensors");
+  if (!storages.is_array() || !tensors.is_object())
+    throw ExchangeError("case: storages or tensors malformed");
+  std::set<std::string> seen;
+  for (const json& s : storages) {
+    const std::string name = s.is_object() ? s.value("name", "") : "";
+    if (name.empty() || name.starts_with(kReferencePrefix) || !seen.insert(name).second)
+      throw ExchangeError(
+          fmt::format("storage {}: \"name\" is missing, reserved or repeated", mc.storage_names.size()));
+    mc.storage_names.push_back(name);
+  }
+  mc.storage_views.assign(mc.storage_names.size(), "");
+  for (const auto& [name, t] : tensors.items()) {
+    const json& s = t.is_object() ? t.value("storage", json()) : json();
+    if (s.is_number_unsigned() && s.get<std::uint64_t>() < mc.storage_views.size() &&
+        mc.storage_views[s.get<std::size_t>()].empty())
+      mc.storage_views[s.get<std::size_t>()] = name;
+  }
+  for (std::size_t i = 0; i < mc.storage_views.size(); ++i)
+    if (mc.storage_views[i].empty())
+      throw ExchangeError(fmt::format("storage \"{}\" is viewed by no tensor", mc.storage_names[i]));
+}
+
+ManifestCase parse_entry(const json& e) {
+  if (!e.is_object()) throw ExchangeError("not an object");
+  ManifestCase mc;
+  mc.id = field<std::string>(e, "id", &json::is_string, "a string");
+  if (!valid_id(mc.id)) throw ExchangeError(fmt::format("id \"{}\" is not [A-Za-z0-9_-]{{1,64}}", mc.id));
+  mc.seed = field<std::uint64_t>(e, "seed", &json::is_number_unsigned, "a non-negative integer");
+  mc.index = field<std::uint64_t>(e, "index", &json::is_number_unsigned, "a non-negative integer");
+  try {
+    mc.spec = e.at("spec").get<CaseSpec>();
+  } catch (const std::exception& ex) {
+    throw ExchangeError(fmt::format("spec: {}", ex.what()));
+  }
+  mc.op = mc.spec.op;
+  mc.shape_class = shape_class(mc.spec);
+  mc.case_object = e.value("case", json());
+  if (!mc.case_object.is_object()) throw ExchangeError("\"case\" is missing or not an object");
+  if (mc.case_object.value("op", "") != op_name(mc.op))
+    throw ExchangeError(fmt::format("case op \"{}\" disagrees with the spec's {}",
+                                    mc.case_object.value("op", ""), op_name(mc.op)));
+  if (!mc.case_object.contains("storages") || !mc.case_object.contains("tensors"))
+    throw ExchangeError("case has no storages or tensors");
+  read_storages(mc.case_object, mc);
+  return mc;
+}
+
+}  // namespace
+
+std::string storage_name(const Case& c, const Storage* s) {
+  for (const auto& [name, t] : c.tensors)
+    if (t.storage().get() == s) return name;
+  return {};
+}
+
+json manifest_entry(const std::string& id, const CaseSpec& spec, const Case& c) {
+  json case_object = external::case_json(c, nullptr);
+  // The protocol lists storages in order of first use over the tensors in name order: each is named after
+  // its first tensor, the key of its bytes in the case file and in the outputs file.
+  std::vector<std::string> names;
+  for (const auto& [name, t] : c.tensors)
+    if (std::find(names.begin(), names.end(), storage_name(c, t.storage().get())) == names.end())
+      names.push_back(storage_name(c, t.storage().get()));
+  for (std::size_t i = 0; i < names.size(); ++i) case_object["storages"][i]["name"] = names[i];
+  return {{"id", id},
+          {"file", fmt::format("cases/{}.safetensors", id)},
+          {"outputs_file", fmt::format("{}.safetensors", id)},
+          {"seed", c.seed},
+          {"index", c.index},
+          {"op", op_name(c.op)},
+          {"shape_class", shape_class(spec)},
+          {"replay", stream_replay_command(c.op, c.seed, c.index, "<backend>")},
+          {"spec", spec},
+          {"case", case_object}};
+}
+
+io::Safetensors case_file(const std::string& id, const Case& c, const Outputs& reference) {
+  io::Safetensors f;
+  for (const auto& [name, t] : c.tensors) {
+    const std::string key = storage_name(c, t.storage().get());
+    if (!f.tensors.count(key)) f.tensors[key] = {{t.storage()->numel()}, t.storage()};
+  }
+  for (const auto& [name, t] : reference)
+    f.tensors[std::string(kReferencePrefix) + name] = {t.shape(), t.storage()};
+  f.metadata = {{"driftcheck.format", fmt::format("{}/{}", kExchangeFormat, kExchangeFormatVersion)},
+                {"driftcheck.case", id}};
+  return f;
+}
+
+Manifest parse_manifest(std::string_view text, const std::filesystem::path& file) {
+  const auto fail = [&](const std::string& why) {
+    throw ExchangeError(fmt::format("{}: {}", file.string(), why));
+  };
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) fail("not a JSON object");
+  if (j.value("format", "") != kExchangeFormat) fail(fmt::format("format is not {}", kExchangeFormat));
+  if (j.value("format_version", 0) != kExchangeFormatVersion)
+    fail(fmt::format("format version {} (this driftcheck reads {})", j.value("format_version", json()).dump(),
+                     kExchangeFormatVersion));
+  const auto cases = j.find("cases");
+  if (cases == j.end() || !cases->is_array()) fail("\"cases\" is missing or not an array");
+  Manifest m;
+  m.dir = file.parent_path();
+  m.seed = j.value("seed", json(0)).is_number_unsigned() ? j["seed"].get<std::uint64_t>() : 0;
+  std::set<std::string> ids;
+  for (std::size_t i = 0; i < cases->size(); ++i) {
+    try {
+      ManifestCase mc = parse_entry((*cases)[i]);
+      if (!ids.insert(mc.id).second) throw ExchangeError(fmt::format("id \"{}\" appears twice", mc.id));
+      if (std::find(m.ops.begin(), m.ops.end(), mc.op) == m.ops.end()) m.ops.push_back(mc.op);
+      m.cases.push_back(std::move(mc));
+    } catch (const std::exception& e) {  // ExchangeError, or a json type error inside an entry
+      m.errors.push_back(fmt::format("{}: case {}: {}", file.string(), i, e.what()));
+    }
+  }
+  return m;
+}
+
+Manifest read_manifest(const std::filesystem::path& dir) {
+  const std::filesystem::path file = dir / kManifestName;
+  if (!std::filesystem::exists(file))
+    throw ExchangeError(fmt::format("{}: missing (is {} a driftcheck export?)", file.string(), dir.string()));
+  return parse_manifest(text_of(file), file);
+}
+
+Case load_case(const Manifest& m, const ManifestCase& mc) {
+  const std::filesystem::path path = m.dir / "cases" / (mc.id + ".safetensors");
+  const auto fail = [&](const std::string& why) {
+    throw ExchangeError(fmt::format("{}: {}", path.string(), why));
+  };
+  io::Safetensors file;
+  try {
+    file = io::read_safetensors(path);
+  } catch (const io::SafetensorsError& e) {
+    throw ExchangeError(e.what());
+  }
+  if (const auto it = file.metadata.find("driftcheck.case"); it != file.metadata.end() && it->second != mc.id)
+    fail(fmt::format("holds case \"{}\", the manifest says \"{}\"", it->second, mc.id));
+  external::DecodedCase d;
+  try {
+    d = external::decode_case(mc.case_object, {});
+  } catch (const std::exception& e) {
+    throw ExchangeError(fmt::format("{}: case {}: {}", (m.dir / kManifestName).string(), mc.id, e.what()));
+  }
+  fill_storages(file, mc, d.storages, path, /*require_all=*/true);
+  for (const auto& [name, t] : file.tensors)
+    if (!name.starts_with(kReferencePrefix) &&
+        std::find(mc.storage_names.begin(), mc.storage_names.end(), name) == mc.storage_names.end())
+      fail(fmt::format("holds tensor \"{}\", which the manifest does not list", name));
+  Case c = std::move(d.c);
+  c.seed = mc.seed, c.index = mc.index;
+  try {
+    validate(c);
+  } catch (const InvalidArgument& e) {
+    fail(fmt::format("with the manifest's layout, not a valid {} case: {}", op_name(c.op), e.what()));
+  }
+  return c;
+}
+
+void fill_storages(const io::Safetensors& file, const ManifestCase& mc,
+                   const std::vector<std::shared_ptr<Storage>>& storages, const std::filesystem::path& path,
+                   bool require_all) {
+  for (std::size_t i = 0; i < storages.size(); ++i) {
+    const std::string& name = mc.storage_names[i];
+    const auto it = file.tensors.find(name);
+    if (it == file.tensors.end()) {
+      if (!require_all) continue;
+      throw ExchangeError(fmt::format("{}: has no tensor \"{}\" (storage {} of case {} in the manifest)",
+                                      path.string(), name, i, mc.id));
+    }
+    const Storage& got = *it->second.data;
+    Storage& want = *storages[i];
+    if (got.dtype != want.dtype || got.numel() != want.numel() || it->second.shape.size() != 1)
+      throw ExchangeError(fmt::format(
+          "{}: tensor \"{}\" is {}[{}], the manifest says {}[{}] (the whole storage)", path.string(), name,
+          dtype_name(got.dtype), fmt::join(it->second.shape, ", "), dtype_name(want.dtype), want.numel()));
+    want.bytes = got.bytes;
+  }
+}
+
+}  // namespace driftcheck::fuzz
