@@ -4,10 +4,15 @@
 // sees has every storage whole, shared between the views that alias it, with each view's role.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "case_builders.hpp"
 #include "driftcheck/device/plugin_backend.hpp"
+#include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 
 namespace driftcheck {
@@ -23,6 +28,11 @@ PluginOptions options(std::string config, std::string name = "", std::optional<N
   PluginOptions o;
   o.config = std::move(config), o.name = std::move(name), o.numerics = numerics;
   return o;
+}
+
+std::string slurp_text(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 fs::path fresh_dir(const std::string& name) {
@@ -158,6 +168,82 @@ TEST(Plugin, CaseHandsOverWholeStoragesWithAliasingAndRoles) {
   EXPECT_EQ(d->params.residual, 1);
   EXPECT_DOUBLE_EQ(d->params.eps, 1e-6);
   EXPECT_EQ(PluginCase(c, false).get()->storages[0].data, nullptr);
+}
+
+// A backends file with one plugin entry (`extra` appended to the [[backend]] table).
+fs::path plugin_file(const std::string& name, const std::string& extra) {
+  const fs::path dir = fresh_dir("toml_" + name);
+  fs::create_directories(dir);
+  std::ofstream(dir / "backends.toml")
+      << "format = \"driftcheck.backends\"\nversion = 1\n[[backend]]\nname = \"" << name
+      << "\"\nop = \"rmsnorm\"\nplugin = \"" << DRIFTCHECK_EXAMPLE_PLUGIN << "\"\n"
+      << extra;
+  return dir / "backends.toml";
+}
+
+TEST(Plugin, BackendsFileEntriesLoadPlugins) {
+  Registry reg;
+  external::register_backends_files(
+      reg, {plugin_file("norm",
+                        "plugin_config = \"planted_bug=stride_ignored\"\n[backend.supports]\n"
+                        "dtypes = [\"bf16\"]\n")
+                .string()});
+  const Backend* b = reg.find("ext.norm");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->kind(), BackendKind::kExternal);
+  EXPECT_EQ(b->numerics().output_roundings, 1);  // the plugin's own declaration
+  EXPECT_NE(b->origin().find("backends.toml:3"), std::string::npos) << b->origin();
+  const Support s = b->supports(builders::rmsnorm_case(2, 8, DType::kF32, {}, 1));
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.reason.find("ext.norm"), std::string::npos) << s.reason;  // the static supports said no
+  const Case padded = builders::rmsnorm_case(4, 32, DType::kBF16, {}, 1, {5, 0, 4});
+  EXPECT_EQ(fuzz::check_case(*b, padded.clone()).evaluation.verdict, fuzz::Verdict::kBeyondTolerance)
+      << "plugin_config reached the plugin: its planted bug reads the padding";
+}
+
+void expect_file_error(const fs::path& file, const std::string& mentions) {
+  Registry reg;
+  try {
+    external::register_backends_files(reg, {file.string()});
+    ADD_FAILURE() << "loaded; expected: " << mentions;
+  } catch (const external::BackendFileError& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(what.starts_with(file.string() + ":3: ext.")) << what;
+    EXPECT_NE(what.find(mentions), std::string::npos) << what;
+  }
+}
+
+TEST(Plugin, BackendsFileEntriesThatDisagreeWithThePluginAreErrors) {
+  expect_file_error(plugin_file("wider", "numerics = { output_roundings = 2 }\n"),
+                    "numerics in the backends file disagree");
+  expect_file_error(plugin_file("badcfg", "plugin_config = \"nosuch\"\n"), "unknown plugin_config 'nosuch'");
+  std::string concat_entry = slurp_text(plugin_file("concat", ""));
+  concat_entry.replace(concat_entry.find("rmsnorm"), 7, "concat");
+  const fs::path f = fresh_dir("toml_concat2");
+  fs::create_directories(f);
+  std::ofstream(f / "backends.toml") << concat_entry;
+  expect_file_error(f / "backends.toml", "the plugin runs rmsnorm, the file says concat");
+}
+
+// The driftcheck binary with --plugin: a correct plugin's campaign exits 0, a bad plugin is exit 2, one line.
+int driftcheck(const std::string& args, std::string* err = nullptr) {
+  const fs::path log = fresh_dir("cli").string() + ".err";
+  const std::string cmd = std::string(DRIFTCHECK_BIN) + " " + args + " >/dev/null 2>" + log.string();
+  const int status = std::system(cmd.c_str());
+  if (err) *err = slurp_text(log);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Plugin, CommandLineLoadsPlugins) {
+  const std::string out = fresh_dir("cli_campaign").string();
+  EXPECT_EQ(driftcheck(std::string("fuzz --plugin ") + DRIFTCHECK_EXAMPLE_PLUGIN +
+                       " --backend 'plugin.*' --op rmsnorm --cases 40 --shrink-seconds 0 --out " + out),
+            0);
+  fs::remove_all(out);
+  std::string err;
+  EXPECT_EQ(driftcheck("list --plugin " + test_plugin("abi_2"), &err), 2);
+  EXPECT_EQ(err, "driftcheck: bad plugin: plugin " + test_plugin("abi_2") +
+                     ": built for plugin ABI version 2, this driftcheck loads version 1\n");
 }
 
 }  // namespace
