@@ -240,6 +240,14 @@ TEST(Plugin, CommandLineLoadsPlugins) {
                        " --backend 'plugin.*' --op rmsnorm --cases 40 --shrink-seconds 0 --out " + out),
             0);
   fs::remove_all(out);
+  // A plugin that crashes on some cases: isolated, each crash is a verdict and the campaign completes.
+  EXPECT_EQ(driftcheck("fuzz --plugin " + test_plugin("crashes") +
+                       " --isolate 'plugin.*' --op concat --cases 24 --shrink-seconds 0 --out " + out),
+            1);
+  const std::string report = slurp_text(fs::path(out) / "report.json");
+  EXPECT_NE(report.find("\"crash\""), std::string::npos);
+  EXPECT_NE(report.find("\"passed\": "), std::string::npos);
+  fs::remove_all(out);
   std::string err;
   EXPECT_EQ(driftcheck("list --plugin " + test_plugin("abi_2"), &err), 2);
   EXPECT_EQ(err, "driftcheck: bad plugin: plugin " + test_plugin("abi_2") +

@@ -2,6 +2,7 @@
  * each break one rule of driftcheck/plugin.h, to prove driftcheck turns the breach into a one-line error (a
  * plugin it cannot load) or a verdict (a plugin that misbehaves on a case). Concat moves bytes, so one kernel
  * serves every dtype and a correct run is bit-exact. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@
 #define GUARD_WRITE 5
 #define INPUT_WRITE 6
 #define NO_ENTRY 7
+#define CRASHES 8
 
 static int instances;
 
@@ -52,6 +54,7 @@ static int run(void* self, const dc_case* c, char* error, size_t error_size) {
   const int64_t rows = a->shape[0], ha = a->shape[1], hb = b->shape[1];
   int64_t i, j;
   (void)self;
+  if (TEST_PLUGIN_VARIANT == CRASHES && a->shape[0] > 2) raise(SIGSEGV); /* as a wild pointer would */
   if (TEST_PLUGIN_VARIANT == RUN_FAILS) {
     snprintf(error, error_size, "CUDA error: an illegal memory access was encountered\nsecond line");
     return 7;

@@ -124,6 +124,7 @@ class ExternalBackend final : public Backend {
   std::string_view name() const override { return d_.name; }
   std::string_view description() const override { return description_; }
   BackendKind kind() const override { return BackendKind::kExternal; }
+  bool in_process() const override { return false; }
   OpKind op() const override { return d_.op; }
   Numerics numerics() const override { return d_.numerics; }
   std::string supports_summary() const override { return d_.supports.summary(); }

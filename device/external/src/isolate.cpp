@@ -19,6 +19,7 @@ class IsolatedBackend final : public Backend {
   std::string_view name() const override { return inner_->name(); }
   std::string_view description() const override { return inner_->description(); }
   BackendKind kind() const override { return inner_->kind(); }
+  bool in_process() const override { return false; }
   OpKind op() const override { return inner_->op(); }
   Numerics numerics() const override { return inner_->numerics(); }
   std::string supports_summary() const override { return inner_->supports_summary(); }
@@ -48,13 +49,15 @@ class IsolatedBackend final : public Backend {
 }  // namespace
 
 int isolate_backends(Registry& registry, std::string_view globs, const std::filesystem::path& driftcheck_exe,
-                     double timeout_s) {
+                     double timeout_s, const std::vector<std::string>& worker_args) {
   int n = 0;
   for (const Backend* b : registry.match(globs, true)) {
-    if (b->kind() == BackendKind::kExternal) continue;  // already out of process
+    if (!b->in_process()) continue;
     WorkerCommand cmd;
     cmd.exe = driftcheck_exe;
-    cmd.argv = {driftcheck_exe.string(), "worker", "--backend", std::string(b->name())};
+    cmd.argv = {driftcheck_exe.string(), "worker"};
+    cmd.argv.insert(cmd.argv.end(), worker_args.begin(), worker_args.end());
+    cmd.argv.insert(cmd.argv.end(), {"--backend", std::string(b->name())});
     cmd.timeout_s = timeout_s;
     cmd.startup_timeout_s = std::max(timeout_s, 30.0);
     auto isolated = std::make_unique<IsolatedBackend>(*b, std::move(cmd));

@@ -85,6 +85,9 @@ class Backend {
   // Where a backend not built in comes from, for `driftcheck list`: "backends.toml:12; worker: torch 2.11,
   // cuda:0" for an external backend, "out of process (--isolate)" for an isolated one. Empty for built-ins.
   virtual std::string origin() const { return {}; }
+  // False when the kernel already runs in another process (a worker, an --isolate'd backend): --isolate
+  // leaves those as they are and wraps the others (built-ins and C plugins).
+  virtual bool in_process() const { return true; }
   // Mutants: the correct backend this one breaks, and the bug class it models with its source (issue/PR).
   virtual std::string_view mutates() const { return {}; }
   virtual std::string_view bug_class() const { return {}; }

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/external/worker.hpp"
@@ -15,9 +17,11 @@ namespace driftcheck::external {
 inline constexpr double kIsolateTimeoutSeconds = 60;
 
 // Replaces every backend of `registry` matching `globs` (mutants included) by an isolated one whose workers
-// run `driftcheck_exe worker --backend NAME`. Returns how many were isolated; throws InvalidArgument when the
-// globs match nothing.
+// run `driftcheck_exe worker WORKER_ARGS... --backend NAME` (the arguments that register the same backends
+// files and plugins in the child, so a C plugin can be isolated too). Returns how many were isolated; throws
+// InvalidArgument when the globs match nothing.
 int isolate_backends(Registry& registry, std::string_view globs, const std::filesystem::path& driftcheck_exe,
-                     double timeout_s = kIsolateTimeoutSeconds);
+                     double timeout_s = kIsolateTimeoutSeconds,
+                     const std::vector<std::string>& worker_args = {});
 
 }  // namespace driftcheck::external
