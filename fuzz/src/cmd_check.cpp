@@ -149,8 +149,10 @@ void Checker::judge(const ManifestCase& mc) {
   Case c;
   io::Safetensors returned;
   BackendStats& s = stats_.backends[decl_.name];
+  OpStats& op = stats_.ops[std::string(op_name(mc.op))];
   try {
     c = load_case(manifest_, mc);
+    ++op.cases;
     if (const Support sup = described_.supports(c); !sup.ok) {  // static supports: no outputs needed
       ++s.unsupported, ++s.reasons[sup.reason];
       return;
@@ -162,8 +164,7 @@ void Checker::judge(const ManifestCase& mc) {
   }
   const auto t0 = Clock::now();
   const PreparedCase p = prepare(std::move(c));
-  OpStats& op = stats_.ops[std::string(op_name(mc.op))];
-  ++op.cases, op.reference_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  op.reference_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   const ReturnedBackend b(decl_, &mc, &returned);
   EvalOptions eval;
   eval.metamorphic = false;  // one output per case: determinism and invariances need re-runs
@@ -257,10 +258,6 @@ CheckResultSet check_outputs(const CheckOptions& o) {
   Checker checker(o);  // an unusable manifest or backends file throws here: nothing can be judged
   return checker.run();
 }
-
-}  // namespace driftcheck::fuzz
-
-namespace driftcheck::fuzz {
 
 Command add_check_command(CLI::App& app, const CliContext& ctx) {
   auto* cmd =

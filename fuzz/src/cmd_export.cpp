@@ -47,10 +47,6 @@ void export_cases(const ExportOptions& o) {
   if (o.log) *o.log << fmt::format("{} cases in {}\n", o.cases, o.out_dir.string());
 }
 
-}  // namespace driftcheck::fuzz
-
-namespace driftcheck::fuzz {
-
 Command add_export_command(CLI::App& app, const CliContext& ctx) {
   auto* cmd =
       app.add_subcommand("export", "write cases as safetensors + manifest for a kernel that runs elsewhere");

@@ -94,6 +94,22 @@ ManifestCase parse_entry(const json& e) {
 
 }  // namespace
 
+std::string one_line(std::string_view s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '\n')
+      out += "\\n";
+    else if (ch == '\r')
+      out += "\\r";
+    else if (u < 0x20 || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += ch;
+  }
+  return out;
+}
+
 std::string storage_name(const Case& c, const Storage* s) {
   for (const auto& [name, t] : c.tensors)
     if (t.storage().get() == s) return name;
@@ -157,7 +173,7 @@ Manifest parse_manifest(std::string_view text, const std::filesystem::path& file
       if (std::find(m.ops.begin(), m.ops.end(), mc.op) == m.ops.end()) m.ops.push_back(mc.op);
       m.cases.push_back(std::move(mc));
     } catch (const std::exception& e) {  // ExchangeError, or a json type error inside an entry
-      m.errors.push_back(fmt::format("{}: case {}: {}", file.string(), i, e.what()));
+      m.errors.push_back(one_line(fmt::format("{}: case {}: {}", file.string(), i, e.what())));
     }
   }
   return m;
@@ -183,9 +199,12 @@ Case load_case(const Manifest& m, const ManifestCase& mc) {
   }
   if (const auto it = file.metadata.find("driftcheck.case"); it != file.metadata.end() && it->second != mc.id)
     fail(fmt::format("holds case \"{}\", the manifest says \"{}\"", it->second, mc.id));
+  // The storages come from the file: a manifest cannot make check allocate more than the file holds.
+  std::uint64_t file_bytes = 0;
+  for (const auto& [name, t] : file.tensors) file_bytes += t.data->bytes.size();
   external::DecodedCase d;
   try {
-    d = external::decode_case(mc.case_object, {});
+    d = external::decode_case(mc.case_object, {}, file_bytes);
   } catch (const std::exception& e) {
     throw ExchangeError(fmt::format("{}: case {}: {}", (m.dir / kManifestName).string(), mc.id, e.what()));
   }

@@ -30,10 +30,13 @@ namespace driftcheck::fuzz {
 inline constexpr std::string_view kExchangeFormat = "driftcheck.exchange";
 inline constexpr int kExchangeFormatVersion = 1;
 
+// `s` with control characters escaped (\n, \x01): names and ids from a file stay on one line in a message.
+std::string one_line(std::string_view s);
+
 // A manifest, case file or outputs file that cannot be used: "<file>: <problem>", one line.
 class ExchangeError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit ExchangeError(std::string_view what) : std::runtime_error(one_line(what)) {}
 };
 
 // --- The manifest
