@@ -1,9 +1,9 @@
 // An RMSNorm GPU kernel as a driftcheck plugin that takes device pointers (DC_PLUGIN_DEVICE_MEMORY,
 // docs/PLUGIN.md): driftcheck uploads every storage whole, calls run() with device pointers, synchronises,
-// checks for a device error and downloads every storage back. One HIP source for NVIDIA (nvcc) and AMD (hipcc).
-// One block per row, fp32 sum of squares reduced in shared memory (no warp-size assumption), one rounding to the
-// output format; bf16 and fp32 activations, any row stride and offset, y may alias x (each thread reads an
-// element before it writes it).
+// checks for a device error and downloads every storage back. One HIP source for NVIDIA (nvcc) and AMD
+// (hipcc). One block per row, fp32 sum of squares reduced in shared memory (no warp-size assumption), one
+// rounding to the output format; bf16 and fp32 activations, any row stride and offset, y may alias x (each
+// thread reads an element before it writes it).
 //
 // plugin_config = "planted_bug=stride_ignored" reads rows as if packed, as examples/plugins/rmsnorm_plugin.c.
 #include <cstdio>
@@ -84,14 +84,17 @@ void* create(const char* config, char* error, size_t error_size) {
   if (std::strcmp(config, "planted_bug=stride_ignored") == 0) {
     self->stride_ignored = true;
   } else if (config[0] != '\0') {
-    std::snprintf(error, error_size, "unknown plugin_config '%s' (known: planted_bug=stride_ignored)", config);
+    std::snprintf(error, error_size, "unknown plugin_config '%s' (known: planted_bug=stride_ignored)",
+                  config);
     delete self;
     return nullptr;
   }
   return self;
 }
 
-void destroy(void* self) { delete static_cast<Instance*>(self); }
+void destroy(void* self) {
+  delete static_cast<Instance*>(self);
+}
 
 int available(void*, char* reason, size_t reason_size) {
   int count = 0;
@@ -122,8 +125,9 @@ int run(void* self, const dc_case* c, char* error, size_t error_size) {
   const int64_t rows = x->shape[0], hidden = x->shape[1];
   if (rows > 0) {
     rmsnorm_rows<<<static_cast<unsigned>(rows), kThreads, 0, static_cast<DEVICE_API(Stream_t)>(c->stream)>>>(
-        view_of(c, x, packed), view_of(c, dc_find_tensor(c, "w"), false), view_of(c, dc_find_tensor(c, "y"), false),
-        hidden, static_cast<float>(c->params.eps), c->params.weight_mode);
+        view_of(c, x, packed), view_of(c, dc_find_tensor(c, "w"), false),
+        view_of(c, dc_find_tensor(c, "y"), false), hidden, static_cast<float>(c->params.eps),
+        c->params.weight_mode);
   }
   const auto e = DEVICE_API(GetLastError)();
   if (e == DEVICE_API(Success)) return 0;
@@ -149,4 +153,6 @@ const dc_plugin kPlugin = {
 
 }  // namespace
 
-extern "C" DC_PLUGIN_EXPORT const dc_plugin* driftcheck_plugin(void) { return &kPlugin; }
+extern "C" DC_PLUGIN_EXPORT const dc_plugin* driftcheck_plugin(void) {
+  return &kPlugin;
+}
