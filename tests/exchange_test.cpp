@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -90,6 +91,25 @@ TEST(Exchange, CorrectConsumerPasses) {
   EXPECT_EQ(the_backend(r).cases_run, static_cast<std::int64_t>(kCases));
   EXPECT_EQ(the_backend(r).passed, static_cast<std::int64_t>(kCases));
   EXPECT_TRUE(fs::exists(e.dir / "report" / "report.json"));
+}
+
+TEST(Exchange, ManifestGivesEveryViewItsLayoutAndRole) {
+  const Exchange e = fresh_exchange("manifest");
+  const auto m = nlohmann::json::parse(slurp(e.cases() / "manifest.json"));
+  EXPECT_EQ(m["format"], "driftcheck.exchange");
+  std::set<std::string> roles;
+  for (const auto& entry : m["cases"]) {
+    const auto& c = entry["case"];
+    for (const auto& [name, t] : c["tensors"].items()) {
+      const bool in = std::count(c["inputs"].begin(), c["inputs"].end(), name) > 0;
+      const bool out = std::count(c["outputs"].begin(), c["outputs"].end(), name) > 0;
+      EXPECT_EQ(t["role"], in && out ? "in_place" : out ? "output" : "input") << name;
+      roles.insert(t["role"].get<std::string>());
+      for (const char* key : {"storage", "dtype", "shape", "strides", "offset"}) EXPECT_TRUE(t.contains(key));
+    }
+    EXPECT_EQ(entry["replay"].get<std::string>().find("driftcheck replay --seed 3 --case "), 0u);
+  }
+  EXPECT_EQ(roles, (std::set<std::string>{"input", "output", "in_place"}));  // residual cases are drawn
 }
 
 TEST(Exchange, PlantedBugIsFoundWithABundle) {

@@ -125,6 +125,13 @@ json manifest_entry(const std::string& id, const CaseSpec& spec, const Case& c) 
     if (std::find(names.begin(), names.end(), storage_name(c, t.storage().get())) == names.end())
       names.push_back(storage_name(c, t.storage().get()));
   for (std::size_t i = 0; i < names.size(); ++i) case_object["storages"][i]["name"] = names[i];
+  // Each tensor's role, for readers that do not want to search the inputs and outputs lists.
+  const OpSignature sig = op_signature(c);
+  const auto in = [](const std::vector<std::string>& v, const std::string& n) {
+    return std::find(v.begin(), v.end(), n) != v.end();
+  };
+  for (auto& [name, t] : case_object["tensors"].items())
+    t["role"] = in(sig.outputs, name) ? (in(sig.inputs, name) ? "in_place" : "output") : "input";
   return {{"id", id},
           {"file", fmt::format("cases/{}.safetensors", id)},
           {"outputs_file", fmt::format("{}.safetensors", id)},
