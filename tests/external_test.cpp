@@ -278,6 +278,7 @@ TEST(WorkerFaults, EachMisbehaviourIsAVerdictAndTheWorkerIsReplaced) {
       {"extra_reply", Verdict::kError, "bytes after the reply"},
       {"error", Verdict::kError, "illegal memory access"},
       {"fatal", Verdict::kError, "illegal memory access"},
+      {"decline", Verdict::kUnsupported, "no kernel for this case's mask"},
       {"stdout", Verdict::kError, "bad frame magic (not a driftcheck.worker frame): \"debug print", "stdio"},
       {"stdout", Verdict::kPass, ""},  // the default channel keeps stray prints away from the replies
       {"guard", Verdict::kGuardViolation, ""},
@@ -285,7 +286,11 @@ TEST(WorkerFaults, EachMisbehaviourIsAVerdictAndTheWorkerIsReplaced) {
   for (const auto& fc : cases) {
     SCOPED_TRACE(fc.fault + " on channel " + fc.channel);
     // Every second run misbehaves: run 1 passes, run 2 gets the verdict, run 3 passes again.
-    const auto b = worker_backend({.fault = fc.fault, .every = 2, .timeout_s = 0.5, .channel = fc.channel});
+    // A short timeout only where the worker hangs: a loaded machine (ASan, parallel tests) must not turn a
+    // healthy run into a timeout.
+    const double timeout_s = fc.fault == "hang" ? 0.5 : 30;
+    const auto b =
+        worker_backend({.fault = fc.fault, .every = 2, .timeout_s = timeout_s, .channel = fc.channel});
     std::string why;
     ASSERT_TRUE(b->available(&why)) << why;
     EXPECT_EQ(judge(*b, 1).verdict, Verdict::kPass);
@@ -537,6 +542,8 @@ TEST(Cli, BackendsFilesAreListedAndBadOnesAreExitTwo) {
       {"fuzz --cases 5 --isolate nothing.here --out " + (scratch() / "o2").string(),
        "matches no built-in backend"},
       {"list --backends " + (scratch() / "missing.toml").string(), "cannot be read"},
+      {"fuzz --cases 5 --backend ext.good --out " + (scratch() / "o3").string(),
+       "unknown backend 'ext.good' (an external backend needs its backends file"},
   };
   for (const auto& [args, message] : cases) {
     const Outcome r = driftcheck(args);

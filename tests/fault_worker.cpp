@@ -4,8 +4,9 @@
 // misbehaves at every K-th request of the chosen kind (default: every run request). Modes:
 //   none, crash (abort), segv, exit (status 7), hang, garbage (text on the reply channel), stdout (prints to
 //   stdout, then replies correctly), wrong_count, wrong_size, wrong_version, out_of_order, extra_reply,
-//   error, fatal (an error reply flagged fatal), guard (flips the last byte of the first output's storage, a
-//   guard band: the oracle's storage check must catch it), slow_start (sleeps 30 s before reading hello).
+//   error, fatal (an error reply flagged fatal), decline (an error reply flagged unsupported), guard (flips
+//   the last byte of the first output's storage, a guard band: the oracle's storage check must catch it),
+//   slow_start (sleeps 30 s before reading hello).
 #include <unistd.h>
 
 #include <csignal>
@@ -84,6 +85,10 @@ bool misbehave(WorkerServer& server, const Frame& f, const std::string& fault, n
     reply["storages"].erase(reply["storages"].size() - 1);
   if (fault == "wrong_size" && reply.contains("storages"))
     reply["storages"][0] = reply["storages"][0].get<int>() + 1;
+  if (fault == "decline") {  // "unsupported": true, and fatal too: the worker must be kept all the same
+    server.reply(MessageType::kError, f.seq, error_json("no kernel for this case's mask", true, true));
+    return false;
+  }
   if (fault == "error" || fault == "fatal") {
     server.reply(MessageType::kError, f.seq,
                  error_json("CUDA error: an illegal memory access was encountered", fault == "fatal"));

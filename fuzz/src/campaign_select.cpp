@@ -26,6 +26,14 @@ std::vector<std::string> split_list(std::string_view list) {
 
 }  // namespace
 
+std::string unknown_backend(std::string_view name) {
+  return fmt::format("unknown backend '{}' ({})", name,
+                     name.starts_with("ext.")
+                         ? "an external backend needs its backends file: --backends FILE or "
+                           "DRIFTCHECK_BACKENDS"
+                         : "driftcheck list shows them");
+}
+
 std::vector<OpKind> parse_op_list(std::string_view list) {
   std::vector<OpKind> ops;
   for (const std::string& name : split_list(list)) {
@@ -49,7 +57,7 @@ Selection select_backends(const Registry& reg, const std::vector<OpKind>& ops, c
   }
   for (const std::string& g : split_list(globs)) {
     const auto m = reg.match(g, include_mutants || g.starts_with("mutant"));
-    if (m.empty()) throw UsageError(fmt::format("unknown backend '{}' (driftcheck list shows them)", g));
+    if (m.empty()) throw UsageError(unknown_backend(g));
     for (const Backend* b : m) {
       if (std::find(matched.begin(), matched.end(), b) == matched.end()) matched.push_back(b);
       if (!has_wildcard(g)) named_exactly.insert(b);

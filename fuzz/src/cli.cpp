@@ -116,7 +116,7 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
 
 const Backend& find_backend(const std::string& name) {
   const Backend* b = registry().find(name);
-  if (b == nullptr) throw UsageError(fmt::format("unknown backend '{}' (driftcheck list shows them)", name));
+  if (b == nullptr) throw UsageError(unknown_backend(name));
   return *b;
 }
 

@@ -40,7 +40,8 @@ Tensor logical_f64(const Tensor& t) {
 }
 
 // Why a run failed: kError for anything the backend threw, kTimeout/kCrash when an out-of-process backend's
-// worker says so through BackendFault (docs/PROTOCOL.md, section 5).
+// worker says so through BackendFault (docs/PROTOCOL.md, section 5), kUnsupported when it declined the case
+// at run time (BackendDeclined).
 struct RunFailure {
   Verdict verdict = Verdict::kError;
   std::string detail;
@@ -64,6 +65,8 @@ std::optional<RunFailure> run_backend(const Backend& b, Case& c) {
     b.run(c);
   } catch (const BackendFault& e) {
     return RunFailure{fault_verdict(e.kind()), e.what(), true};
+  } catch (const BackendDeclined& e) {
+    return RunFailure{Verdict::kUnsupported, e.what()};
   } catch (const std::exception& e) {
     return RunFailure{Verdict::kError, e.what()};
   } catch (...) {
@@ -373,6 +376,8 @@ bool variant_differs(const Backend& b, Case variant, const Case& expected, Verdi
                      Evaluation& ev) {
   std::optional<std::string> diff;
   if (const auto err = run_backend(b, variant)) {
+    // A variant the backend declines (a sub-batch its kernel choice rejects) is no evidence either way.
+    if (err->verdict == Verdict::kUnsupported) return false;
     // A worker that faults on the re-run gets its fault's verdict, not the metamorphic one.
     if (err->worker_fault) {
       ev.verdict = err->verdict;

@@ -178,13 +178,15 @@ Support parse_supports_reply(const json& j) {
   return Support::no(why.empty() ? "the worker declined the case without a reason" : std::move(why));
 }
 
-json error_json(std::string_view message, bool fatal) {
-  return {{"message", message}, {"fatal", fatal}};
+json error_json(std::string_view message, bool fatal, bool unsupported) {
+  json j = {{"message", message}, {"fatal", fatal}};
+  if (unsupported) j["unsupported"] = true;
+  return j;
 }
 
 ErrorReply parse_error_reply(const json& j) {
   const Fields f(j, "error");
-  return {f.string("message"), f.boolean_or("fatal", false)};
+  return {f.string("message"), f.boolean_or("fatal", false), f.boolean_or("unsupported", false)};
 }
 
 json run_reply_json(std::span<const std::uint64_t> nbytes) {

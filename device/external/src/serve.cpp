@@ -110,6 +110,9 @@ bool answer(WorkerServer& server, const Backend& b, const Frame& f) {
       if (!d.in_arena) throw ProtocolError("run request without arena offsets");
       try {
         b.run(d.c);
+      } catch (const BackendDeclined& e) {
+        server.reply(MessageType::kError, f.seq, error_json(e.what(), false, true));
+        return true;
       } catch (const std::exception& e) {
         server.reply(MessageType::kError, f.seq, error_json(e.what(), false));
         return true;

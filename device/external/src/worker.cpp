@@ -142,6 +142,7 @@ Frame Worker::request(MessageType type, std::string_view payload, double timeout
   } catch (const ProtocolError& pe) {
     protocol_fault(pe);
   }
+  if (e.unsupported) throw BackendDeclined(e.message);  // the worker stays: it answered, and `fatal` is moot
   if (e.fatal) {
     healthy_ = false;
     begin_shutdown();

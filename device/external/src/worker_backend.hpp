@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/external/worker.hpp"
 

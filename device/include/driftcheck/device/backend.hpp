@@ -37,6 +37,15 @@ class BackendFault : public BackendError {
   FaultKind kind_;
 };
 
+// Thrown by run() when a backend finds only at run time that it does not take a case: a kernel library that
+// picks its kernel from the data (torch's SDPA under one backend, whose masks depend on seq_lens) and has
+// none for this one. The case is `unsupported` with this reason, like a supports() "no": never a pass, never
+// a fault.
+class BackendDeclined : public BackendError {
+ public:
+  using BackendError::BackendError;
+};
+
 // Whether a backend can run a case; `reason` says why not, in the field's words ("block_size 128: ROCM_ATTN's
 // custom kernel supports 16 and 32 only").
 struct Support {

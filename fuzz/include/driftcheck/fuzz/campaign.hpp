@@ -59,6 +59,10 @@ struct CampaignOptions {
   const std::atomic<bool>* interrupt = nullptr;
 };
 
+// "unknown backend 'NAME' (...)": says how to list backends, and for an ext.* name that its backends file
+// must be given (a resumed campaign or a replayed bundle of an external backend needs --backends again).
+std::string unknown_backend(std::string_view name);
+
 // "rmsnorm,attention" -> ops; throws UsageError naming an unknown op.
 std::vector<OpKind> parse_op_list(std::string_view list);
 

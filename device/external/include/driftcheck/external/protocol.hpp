@@ -83,10 +83,12 @@ HelloReply parse_hello_reply(const nlohmann::json& j);
 nlohmann::json supports_reply_json(const Support& s);
 Support parse_supports_reply(const nlohmann::json& j);
 
-nlohmann::json error_json(std::string_view message, bool fatal);
+// `unsupported`: the worker found at run time that it does not take the case (docs/PROTOCOL.md 3.4).
+nlohmann::json error_json(std::string_view message, bool fatal, bool unsupported = false);
 struct ErrorReply {
   std::string message;
   bool fatal = false;
+  bool unsupported = false;
 };
 ErrorReply parse_error_reply(const nlohmann::json& j);
 
