@@ -83,6 +83,22 @@ def campaigns_table(d, reports):
     return lines, unexpected
 
 
+def findings_of_correct_backends(reports, per_backend=4):
+    """What a correct backend was found doing, one line per finding (verdict, shape class, detail), so that the
+    summary alone says why without the campaign archive."""
+    rows = []
+    for name, r in reports.items():
+        seen = {}
+        for f in r.get("findings", []):
+            b = f["backend"]
+            if ".planted_" in b or seen.get(b, 0) >= per_backend:
+                continue
+            seen[b] = seen.get(b, 0) + 1
+            detail = " ".join(str(f.get("detail", "")).split())[:300]
+            rows.append(f"- {b} ({name}): {f['verdict']} on {f.get('shape_class', '?')}: {detail}")
+    return rows
+
+
 def missing_reports(d, reports):
     """Campaigns that wrote no report (a backend that failed its handshake is bad input: exit 2): their log's
     last line says why."""
@@ -133,7 +149,9 @@ def main(d):
         ["# Example runners: campaigns", ""] + camp
         + ["", "## External vs built-in on the same cases", ""] + pairs_table(d, reports)
         + ["", f"{len(unexpected)} unexpected results" + (":" if unexpected else ".")]
-        + [f"- {u}" for u in unexpected]) + "\n"
+        + [f"- {u}" for u in unexpected]
+        + ["", "## Findings of the correct backends (the first few of each)", ""]
+        + (findings_of_correct_backends(reports) or ["none"])) + "\n"
     with open(os.path.join(d, "summary.md"), "w") as f:
         f.write(text)
     print(text)
