@@ -1,10 +1,16 @@
-// GPU backends: the HIP kernels of kernels.hip behind the Backend interface. A run uploads every storage of
-// the case once (aliasing between tensors is kept because views are translated, not copied), launches, and
-// downloads every storage, so guard bands and inputs are checked by the oracle exactly as for CPU backends.
-#include <map>
+// GPU backends: the HIP kernels of kernels.hip behind the Backend interface. A run leases a device slot
+// (device_slots.hpp: its own stream and reused buffers; no lock is held while the device works), packs every
+// storage of the case whole into one upload (aliasing between tensors is kept because views are translated,
+// not copied), launches, and downloads every storage whole with one copy, so guard bands and inputs are
+// checked by the oracle exactly as for CPU backends. Mutants (mutant.gpu.*) are the same backends with one
+// GpuBug, the kernel parameter that switches a deliberate deviation on.
+#include <algorithm>
 #include <mutex>
+#include <numeric>
+#include <optional>
 #include <string>
 
+#include "device_slots.hpp"
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/device/gpu.hpp"
 #include "kernels.hpp"
@@ -13,101 +19,118 @@ namespace driftcheck {
 namespace {
 
 using gpu::DeviceView;
+using gpu::GpuBug;
+using gpu::ReducePlan;
 
-void check(hipError_t e, const char* what) {
-  if (e != hipSuccess) throw BackendError(std::string(what) + ": " + hipGetErrorString(e));
-}
-
+// Asked once per process: a campaign asks every backend, and the answer cannot change while it runs.
 bool device_present(std::string* why) {
-  int count = 0;
-  const hipError_t e = hipGetDeviceCount(&count);
-  if (e != hipSuccess || count == 0) {
-    if (why)
-      *why = e != hipSuccess ? std::string("no GPU: ") + hipGetErrorString(e) : "no GPU: no device found";
-    return false;
-  }
-  return true;
+  static std::once_flag once;
+  static std::string reason;
+  std::call_once(once, [] {
+    int count = 0;
+    const hipError_t e = hipGetDeviceCount(&count);
+    if (e != hipSuccess)
+      reason = std::string("no GPU: ") + hipGetErrorString(e);
+    else if (count == 0)
+      reason = "no GPU: no device found";
+  });
+  if (why && !reason.empty()) *why = reason;
+  return reason.empty();
 }
 
-// The case's storages on the device, uploaded once and downloaded back on sync().
+// The case's storages, each once, packed into one run on a slot and uploaded.
 class DeviceCase {
  public:
-  explicit DeviceCase(Case& c) : case_(c) {
+  DeviceCase(Case& c, gpu::DeviceSlot& slot) : case_(c) {
+    std::vector<gpu::HostBuffer> buffers;
     for (auto& [name, t] : c.tensors) {
       Storage* s = t.storage().get();
-      if (buffers_.count(s)) continue;
-      void* p = nullptr;
-      check(hipMalloc(&p, s->bytes.size() ? s->bytes.size() : 1), "hipMalloc");
-      buffers_[s] = p;
-      check(hipMemcpy(p, s->bytes.data(), s->bytes.size(), hipMemcpyHostToDevice), "upload");
+      if (std::find(storages_.begin(), storages_.end(), s) != storages_.end()) continue;
+      storages_.push_back(s);
+      buffers.push_back({s->bytes.data(), s->bytes.size()});
     }
+    run_.emplace(slot, std::move(buffers));
+    run_->upload();
   }
-  ~DeviceCase() {
-    for (auto& [s, p] : buffers_) (void)hipFree(p);
-  }
-  DeviceCase(const DeviceCase&) = delete;
-  DeviceCase& operator=(const DeviceCase&) = delete;
 
   DeviceView view(std::string_view name) const {
     DeviceView v;
     if (!case_.has(name)) return v;
     const Tensor& t = case_.tensor(name);
-    v.base = buffers_.at(t.storage().get());
+    const auto at = std::find(storages_.begin(), storages_.end(), t.storage().get()) - storages_.begin();
+    v.base = run_->device(static_cast<std::size_t>(at));
     v.dtype = t.dtype();
     v.offset = t.offset();
+    v.storage_numel = t.storage()->numel();
     for (std::int64_t d = 0; d < t.dim() && d < gpu::kMaxDims; ++d) v.stride[d] = t.strides()[d];
     return v;
   }
 
-  void sync_and_download() {
-    check(hipDeviceSynchronize(), "kernel");
-    for (auto& [s, p] : buffers_)
-      check(hipMemcpy(s->bytes.data(), p, s->bytes.size(), hipMemcpyDeviceToHost), "download");
-  }
+  void download() { run_->download(); }
 
  private:
   Case& case_;
-  std::map<Storage*, void*> buffers_;
+  std::vector<Storage*> storages_;
+  std::optional<gpu::PackedRun> run_;
 };
-
-// One case at a time on the device keeps memory bounded and the timing of a run its own.
-std::mutex& device_mutex() {
-  static std::mutex mu;
-  return mu;
-}
 
 bool act_dtype_ok(DType t) {
   return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32;
 }
 
+// Who a backend is: a GPU backend, or (with `mutates`) a mutant of one with its bug.
+struct GpuIdentity {
+  std::string name;
+  std::string description;
+  std::string mutates;  // mutants: the gpu.* backend this one breaks
+  std::string bug_class;
+  GpuBug bug = GpuBug::kNone;
+};
+
 class GpuBackend : public Backend {
  public:
-  BackendKind kind() const override { return BackendKind::kGpu; }
+  explicit GpuBackend(GpuIdentity id) : id_(std::move(id)) {}
+  std::string_view name() const override { return id_.name; }
+  std::string_view description() const override { return id_.description; }
+  BackendKind kind() const override { return id_.mutates.empty() ? BackendKind::kGpu : BackendKind::kMutant; }
+  std::string_view mutates() const override { return id_.mutates; }
+  std::string_view bug_class() const override { return id_.bug_class; }
   bool available(std::string* why) const override { return device_present(why); }
   void run(Case& c) const override {
-    const std::lock_guard<std::mutex> lock(device_mutex());
-    DeviceCase dev(c);
-    check(launch(c, dev), "launch");
-    dev.sync_and_download();
+    const gpu::SlotLease slot;
+    DeviceCase dev(c, *slot);
+    gpu::check(launch(c, dev, slot->stream()), "launch");
+    dev.download();
   }
 
  protected:
-  virtual hipError_t launch(const Case& c, const DeviceCase& dev) const = 0;
+  GpuBug bug() const { return id_.bug; }
+  virtual hipError_t launch(const Case& c, const DeviceCase& dev, hipStream_t stream) const = 0;
+
+ private:
+  GpuIdentity id_;
 };
+
+// The reduction plans of the CPU twins the norm kernels port (device/src/cpu_rmsnorm.cpp, cpu_dual.cpp),
+// resolved per case as the twins resolve them, so that twin and kernel sum in the same order.
+bool aligned_to(const Tensor& t, std::int64_t elems) {
+  return t.offset() % elems == 0 && (t.dim() < 2 || t.strides()[0] % elems == 0) && t.strides().back() == 1;
+}
+
+ReducePlan norm_plan(int threads, int vec, std::int64_t hidden, DType act, GpuBug bug) {
+  ReducePlan p;
+  p.threads = static_cast<int>(std::min<std::int64_t>(threads, hidden));
+  p.vec = vec;
+  if (bug == GpuBug::kActAccumulation) p.accumulate = act;
+  return p;
+}
 
 // vLLM's rms_norm (no residual: two roundings) and fused_add_rms_norm (residual rounded, stored in place, and
 // normalised: three roundings on the way to y) are one kernel with a flag, as two backends with their own
 // numerics.
 class GpuRmsNorm final : public GpuBackend {
  public:
-  explicit GpuRmsNorm(bool fused_add) : fused_add_(fused_add) {}
-  std::string_view name() const override { return fused_add_ ? "gpu.rmsnorm.fused_add" : "gpu.rmsnorm.cuda"; }
-  std::string_view description() const override {
-    return fused_add_
-               ? "HIP port of vLLM fused_add_rms_norm (in place): z = act(x + r), residual <- z, variance "
-                 "of the rounded z, act(act(z*s)*w)"
-               : "HIP port of vLLM rms_norm: fp32 block reduction, act(act(x*s)*w), strided rows";
-  }
+  GpuRmsNorm(GpuIdentity id, bool fused_add) : GpuBackend(std::move(id)), fused_add_(fused_add) {}
   OpKind op() const override { return OpKind::kRmsNorm; }
   Numerics numerics() const override {
     Numerics n;
@@ -127,32 +150,44 @@ class GpuRmsNorm final : public GpuBackend {
   }
 
  protected:
-  hipError_t launch(const Case& c, const DeviceCase& dev) const override {
+  hipError_t launch(const Case& c, const DeviceCase& dev, hipStream_t stream) const override {
     const auto& p = c.get<RmsNormParams>();
+    const Tensor& x = c.tensor("x");
     gpu::RmsNormArgs a;
     a.x = dev.view("x");
     a.w = dev.view("w");
     a.residual = dev.view("residual");
     a.y = dev.view("y");
-    a.rows = c.tensor("x").size(0);
-    a.hidden = c.tensor("x").size(1);
+    a.rows = x.size(0);
+    a.hidden = x.size(1);
     a.eps = static_cast<float>(p.eps);
     a.one_plus_weight = p.weight_mode == WeightMode::kOnePlus;
     a.has_residual = p.residual;
-    return gpu::launch_rmsnorm(a);
+    a.bug = bug();
+    // vllm#48271's class in the mutant: the block shrinks with the token count (from 2 rows, so that the
+    // oracle's batch-invariance check, a row alone vs in its batch, always straddles the switch).
+    a.plan = norm_plan(bug() == GpuBug::kBatchVariantBlock && a.rows >= 2 ? 256 : 1024,
+                       vector_width(c, a.hidden), a.hidden, c.tensor("y").dtype(), bug());
+    return gpu::launch_rmsnorm(a, stream);
   }
 
  private:
+  // 16-byte vectors: rms_norm always takes gcd(16 bytes / element, H) elements; fused_add_rms_norm takes
+  // 16 bytes only when every operand allows it, else one element (its scalar path).
+  int vector_width(const Case& c, std::int64_t hidden) const {
+    const std::int64_t per16 = 16 / dtype_size(c.tensor("x").dtype());
+    if (!fused_add_) return static_cast<int>(std::gcd(per16, hidden));
+    bool ok = hidden % per16 == 0;
+    for (const char* n : {"x", "w", "residual", "y"}) ok = ok && aligned_to(c.tensor(n), per16);
+    return ok ? static_cast<int>(per16) : 1;
+  }
+
   bool fused_add_;
 };
 
 class GpuDualRmsNormCat final : public GpuBackend {
  public:
-  std::string_view name() const override { return "gpu.dual.fused"; }
-  std::string_view description() const override {
-    return "HIP fused_dual_rmsnorm_cat (EAGLE3 layer 0): grid (rows, 2), fp32 math, weight in fp32, one "
-           "rounding";
-  }
+  using GpuBackend::GpuBackend;
   OpKind op() const override { return OpKind::kDualRmsNormCat; }
   std::string supports_summary() const override { return "bf16/fp16/fp32; any H, strides and offsets"; }
   Support supports(const Case& c) const override {
@@ -162,7 +197,7 @@ class GpuDualRmsNormCat final : public GpuBackend {
   }
 
  protected:
-  hipError_t launch(const Case& c, const DeviceCase& dev) const override {
+  hipError_t launch(const Case& c, const DeviceCase& dev, hipStream_t stream) const override {
     const auto& p = c.get<DualRmsNormCatParams>();
     gpu::DualArgs a;
     a.e = dev.view("e");
@@ -174,16 +209,16 @@ class GpuDualRmsNormCat final : public GpuBackend {
     a.hidden = c.tensor("e").size(1);
     a.eps = static_cast<float>(p.eps);
     a.one_plus_weight = p.weight_mode == WeightMode::kOnePlus;
-    return gpu::launch_dual_rmsnorm_cat(a);
+    a.bug = bug();
+    // tl.sum over 4 warps of 32 lanes, element i to lane i % 128, as cpu.dual.fused models it.
+    a.plan = norm_plan(128, 1, a.hidden, c.tensor("out").dtype(), bug());
+    return gpu::launch_dual_rmsnorm_cat(a, stream);
   }
 };
 
 class GpuConcat final : public GpuBackend {
  public:
-  std::string_view name() const override { return "gpu.concat.copy"; }
-  std::string_view description() const override {
-    return "HIP strided concat along the last dim (bit copies)";
-  }
+  using GpuBackend::GpuBackend;
   OpKind op() const override { return OpKind::kConcat; }
   std::string supports_summary() const override {
     return "any dtype (a and b alike); any widths and strides";
@@ -194,7 +229,7 @@ class GpuConcat final : public GpuBackend {
   }
 
  protected:
-  hipError_t launch(const Case& c, const DeviceCase& dev) const override {
+  hipError_t launch(const Case& c, const DeviceCase& dev, hipStream_t stream) const override {
     gpu::ConcatArgs a;
     a.a = dev.view("a");
     a.b = dev.view("b");
@@ -202,18 +237,14 @@ class GpuConcat final : public GpuBackend {
     a.rows = c.tensor("a").size(0);
     a.width_a = c.tensor("a").size(1);
     a.width_b = c.tensor("b").size(1);
-    return gpu::launch_concat(a);
+    a.bug = bug();
+    return gpu::launch_concat(a, stream);
   }
 };
 
 class GpuPagedAttention final : public GpuBackend {
  public:
-  std::string_view name() const override { return "gpu.attn.paged_online"; }
-  std::string_view description() const override {
-    return "HIP paged attention, one block per (token, head): online softmax in fp32 over valid keys only, "
-           "fp8 "
-           "scales applied in fp32, one output rounding";
-  }
+  using GpuBackend::GpuBackend;
   OpKind op() const override { return OpKind::kAttention; }
   std::string supports_summary() const override {
     return "bf16/fp16/fp32 q; any KV dtype; any block size, GQA, causal or not, window, softcap, sinks; "
@@ -222,12 +253,14 @@ class GpuPagedAttention final : public GpuBackend {
   Support supports(const Case& c) const override {
     const auto& p = c.get<AttentionParams>();
     if (!act_dtype_ok(c.tensor("q").dtype())) return Support::no("q dtype must be bf16, fp16 or fp32");
-    if (p.head_dim > 512) return Support::no("head_dim " + std::to_string(p.head_dim) + " > 512");
+    if (p.head_dim > 4 * gpu::kAttnThreads)
+      return Support::no("head_dim " + std::to_string(p.head_dim) + " > " +
+                         std::to_string(4 * gpu::kAttnThreads));
     return Support::yes();
   }
 
  protected:
-  hipError_t launch(const Case& c, const DeviceCase& dev) const override {
+  hipError_t launch(const Case& c, const DeviceCase& dev, hipStream_t stream) const override {
     const auto& p = c.get<AttentionParams>();
     gpu::AttentionArgs a;
     a.q = dev.view("q");
@@ -252,41 +285,116 @@ class GpuPagedAttention final : public GpuBackend {
     a.window = p.window;
     a.causal = p.causal;
     a.has_sinks = p.has_sinks;
-    return gpu::launch_attention(a);
+    a.bug = bug();
+    return gpu::launch_attention(a, stream);
   }
+};
+
+std::unique_ptr<Backend> make_gpu_backend(std::string_view kernel, GpuIdentity id) {
+  if (kernel == "gpu.rmsnorm.cuda") return std::make_unique<GpuRmsNorm>(std::move(id), false);
+  if (kernel == "gpu.rmsnorm.fused_add") return std::make_unique<GpuRmsNorm>(std::move(id), true);
+  if (kernel == "gpu.dual.fused") return std::make_unique<GpuDualRmsNormCat>(std::move(id));
+  if (kernel == "gpu.concat.copy") return std::make_unique<GpuConcat>(std::move(id));
+  return std::make_unique<GpuPagedAttention>(std::move(id));
+}
+
+struct KernelEntry {
+  const char* name;
+  const char* description;
+};
+
+constexpr KernelEntry kKernels[] = {
+    {"gpu.rmsnorm.cuda",
+     "HIP port of vLLM rms_norm: fp32 block reduction in cpu.rmsnorm.cuda's order, act(act(x*s)*w), strided "
+     "rows"},
+    {"gpu.rmsnorm.fused_add",
+     "HIP port of vLLM fused_add_rms_norm (in place): z = act(x + r), residual <- z, variance of the rounded "
+     "z, act(act(z*s)*w)"},
+    {"gpu.dual.fused",
+     "HIP fused_dual_rmsnorm_cat (EAGLE3 layer 0): grid (rows, 2), fp32 math, weight in fp32, one rounding"},
+    {"gpu.concat.copy", "HIP strided concat along the last dim (bit copies)"},
+    {"gpu.attn.paged_online",
+     "HIP paged attention, one block per (token, head): online softmax in fp32 over visible keys only, fp8 "
+     "scales applied in fp32, one output rounding"},
+};
+
+// The CPU mutants' bug classes (docs/BACKENDS.md, "Mutants") in the HIP kernels: mutant.gpu.<op>.<bug>
+// breaks the gpu.* kernel of its op as mutant.<op>.<bug> breaks its twin. The split-KV merge class has no
+// place here: gpu.attn.paged_online has no split-KV path.
+struct MutantEntry {
+  const char* name;
+  const char* mutates;
+  GpuBug bug;
+  const char* bug_class;
+};
+
+constexpr MutantEntry kMutants[] = {
+    {"mutant.gpu.rmsnorm.stride_ignored", "gpu.rmsnorm.cuda", GpuBug::kRowStrideIgnored,
+     "vllm#24247 rows read at r * H instead of r * row_stride (as mutant.rmsnorm.stride_ignored)"},
+    {"mutant.gpu.rmsnorm.residual_reread", "gpu.rmsnorm.fused_add", GpuBug::kResidualReread,
+     "in-place residual read-after-write hazard: act(x + z) normalised (as mutant.rmsnorm.residual_reread)"},
+    {"mutant.gpu.rmsnorm.eps_outside_rsqrt", "gpu.rmsnorm.cuda", GpuBug::kEpsOutsideRsqrt,
+     "eps outside the square root: 1 / sqrt(mean) + eps (as mutant.rmsnorm.eps_outside_rsqrt)"},
+    {"mutant.gpu.rmsnorm.act_accumulation", "gpu.rmsnorm.cuda", GpuBug::kActAccumulation,
+     "sum of squares accumulated in the activation dtype (as mutant.rmsnorm.act_accumulation)"},
+    {"mutant.gpu.rmsnorm.batch_variant_block", "gpu.rmsnorm.cuda", GpuBug::kBatchVariantBlock,
+     "vllm#48271 reduction block of 256 threads from 2 tokens on (as mutant.rmsnorm.batch_variant_block)"},
+    {"mutant.gpu.rmsnorm.oob_write", "gpu.rmsnorm.cuda", GpuBug::kOobWrite,
+     "out-of-bounds write one element past each row (as mutant.rmsnorm.oob_write)"},
+    {"mutant.gpu.dual.weight_rounded_early", "gpu.dual.fused", GpuBug::kWeightRoundedEarly,
+     "vllm#42325 act(act(x*s)*w): two roundings where one is declared (as mutant.dual.weight_rounded_early)"},
+    {"mutant.gpu.dual.halves_swapped", "gpu.dual.fused", GpuBug::kHalvesSwapped,
+     "norm(h) written into the first half (as mutant.dual.halves_swapped)"},
+    {"mutant.gpu.concat.halves_swapped", "gpu.concat.copy", GpuBug::kHalvesSwapped,
+     "b copied before a (as mutant.concat.halves_swapped)"},
+    {"mutant.gpu.attn.masked_p_times_v", "gpu.attn.paged_online", GpuBug::kMaskedPTimesV,
+     "vllm#30887 masked P (0) times poisoned V to the end of the page (as mutant.attn.masked_p_times_v)"},
+    {"mutant.gpu.attn.page_conversion", "gpu.attn.paged_online", GpuBug::kPageConversion,
+     "vllm#24486 page id used as a 16-token block id (as mutant.attn.page_conversion)"},
+    {"mutant.gpu.attn.fp8_fn_fnuz_swapped", "gpu.attn.paged_online", GpuBug::kFp8FnFnuzSwapped,
+     "vllm#45562 e4m3fn and e4m3fnuz bytes decoded as each other (as mutant.attn.fp8_fn_fnuz_swapped)"},
+    {"mutant.gpu.attn.no_max_subtraction", "gpu.attn.paged_online", GpuBug::kNoMaxSubtraction,
+     "exp(s) without the running max (as mutant.attn.no_max_subtraction)"},
+    {"mutant.gpu.attn.gqa_modulo", "gpu.attn.paged_online", GpuBug::kGqaModulo,
+     "kv head h % Hkv instead of h / (Hq / Hkv) (as mutant.attn.gqa_modulo)"},
+    {"mutant.gpu.attn.causal_off_by_one", "gpu.attn.paged_online", GpuBug::kCausalOffByOne,
+     "causal mask sees key p + 1 (as mutant.attn.causal_off_by_one)"},
+    {"mutant.gpu.attn.window_off_by_one", "gpu.attn.paged_online", GpuBug::kWindowOffByOne,
+     "sliding window one key wider (as mutant.attn.window_off_by_one)"},
+    {"mutant.gpu.attn.softcap_missing", "gpu.attn.paged_online", GpuBug::kSoftcapMissing,
+     "softcap silently dropped (as mutant.attn.softcap_missing)"},
+    {"mutant.gpu.attn.sink_dropped", "gpu.attn.paged_online", GpuBug::kSinkDropped,
+     "the sink never enters the denominator (as mutant.attn.sink_dropped)"},
 };
 
 }  // namespace
 
 void gpu_run_on_storages(const std::vector<Storage*>& storages,
                          const std::function<void(const std::vector<void*>& device, void* stream)>& launch) {
-  const std::lock_guard<std::mutex> lock(device_mutex());
-  std::vector<void*> device(storages.size(), nullptr);
-  struct Free {
-    std::vector<void*>& p;
-    ~Free() {
-      for (void* q : p) (void)hipFree(q);
-    }
-  } free_all{device};
-  for (std::size_t i = 0; i < storages.size(); ++i) {
-    const std::vector<std::byte>& bytes = storages[i]->bytes;
-    check(hipMalloc(&device[i], bytes.empty() ? 1 : bytes.size()), "hipMalloc");
-    check(hipMemcpy(device[i], bytes.data(), bytes.size(), hipMemcpyHostToDevice), "upload");
-  }
-  launch(device, nullptr);
-  check(hipGetLastError(), "launch");
-  check(hipDeviceSynchronize(), "kernel");
-  for (std::size_t i = 0; i < storages.size(); ++i)
-    check(hipMemcpy(storages[i]->bytes.data(), device[i], storages[i]->bytes.size(), hipMemcpyDeviceToHost),
-          "download");
+  const gpu::SlotLease slot;
+  std::vector<gpu::HostBuffer> buffers;
+  for (Storage* s : storages) buffers.push_back({s->bytes.data(), s->bytes.size()});
+  gpu::PackedRun run(*slot, std::move(buffers));
+  run.upload();
+  std::vector<void*> device(storages.size());
+  for (std::size_t i = 0; i < storages.size(); ++i) device[i] = run.device(i);
+  launch(device, slot->stream());
+  gpu::check(hipGetLastError(), "launch");
+  run.download();
 }
 
 void register_gpu_backends(Registry& r) {
-  r.add(std::make_unique<GpuRmsNorm>(false));
-  r.add(std::make_unique<GpuRmsNorm>(true));
-  r.add(std::make_unique<GpuDualRmsNormCat>());
-  r.add(std::make_unique<GpuConcat>());
-  r.add(std::make_unique<GpuPagedAttention>());
+  for (const KernelEntry& k : kKernels) r.add(make_gpu_backend(k.name, {k.name, k.description, "", "", {}}));
+}
+
+void register_gpu_mutants(Registry& r) {
+  for (const MutantEntry& m : kMutants) {
+    const auto kernel = std::find_if(std::begin(kKernels), std::end(kKernels), [&](const KernelEntry& k) {
+      return std::string_view(k.name) == m.mutates;
+    });
+    r.add(make_gpu_backend(m.mutates, {m.name, std::string(kernel->name) + " with one bug: " + m.bug_class,
+                                       m.mutates, m.bug_class, m.bug}));
+  }
 }
 
 }  // namespace driftcheck

@@ -3,10 +3,14 @@
 namespace driftcheck::gpu {
 namespace {
 
-constexpr int kBlock = 256;             // threads per block: a multiple of both 32 and 64
-constexpr int kMaxWarps = kBlock / 32;  // shared slots for the smallest warp size
-constexpr int kMaxDimsPerThread = 4;    // attention head_dim <= 4 * kAttnBlock
-constexpr int kAttnBlock = 128;
+constexpr int kMaxDimsPerThread = 4;  // attention: head_dim <= kMaxDimsPerThread * kAttnThreads
+
+// fp8 bytes as the fn/fnuz-swapping mutant reads them.
+__device__ inline DType misread_fp8(DType t) {
+  if (t == DType::kF8E4M3FN) return DType::kF8E4M3FNUZ;
+  if (t == DType::kF8E4M3FNUZ) return DType::kF8E4M3FN;
+  return t;
+}
 
 __device__ inline float load(const DeviceView& v, std::int64_t i) {
   switch (v.dtype) {
@@ -73,68 +77,72 @@ __device__ inline std::int64_t at4(const DeviceView& v, std::int64_t i, std::int
   return v.offset + i * v.stride[0] + j * v.stride[1] + k * v.stride[2] + l * v.stride[3];
 }
 
-// Sum over the block, the same value returned to every thread: lanes reduce with shuffles over the hardware
-// warp (32 or 64 lanes), then every thread adds the per-warp partials in warp order. The order is fixed for a
-// given warp size, so runs are deterministic; it differs between warp sizes, which the oracle's reduction
-// term covers.
-__device__ inline float block_sum(float v, float* slots) {
-  for (int m = warpSize / 2; m > 0; m /= 2) v += DC_SHFL_XOR(v, m);
-  const int warp = threadIdx.x / warpSize;
-  const int warps = (blockDim.x + warpSize - 1) / warpSize;
-  __syncthreads();  // slots may still be read from the previous call
-  if (threadIdx.x % warpSize == 0) slots[warp] = v;
-  __syncthreads();
-  float total = 0.f;
-  for (int i = 0; i < warps; ++i) total += slots[i];
-  return total;
-}
-
 __device__ inline float weight_at(const DeviceView& w, std::int64_t j, bool one_plus) {
   const float wj = load(w, w.offset + j * w.stride[0]);
   return one_plus ? 1.f + wj : wj;
 }
 
-// vLLM's rms_norm / fused_add_rms_norm (csrc/layernorm_kernels.cu): fp32 block reduction; with a residual the
-// sum z = x + r is rounded to the activation dtype, stored back into the residual, and the variance is taken
-// from the rounded z; y = act(act(z * s) * w): two roundings.
+// 1 / sqrt(mean + eps) with IEEE division and square root (nvcc's and hipcc's defaults): vLLM calls rsqrtf,
+// whose hardware approximation no CPU twin can reproduce; the twins compute 1.0f / std::sqrt, and so does
+// this port, so that they predict it bit for bit (docs/gpu/README.md, "GPU kernels and their twins").
+__device__ inline float inverse_rms(float sum_squares, std::int64_t hidden, float eps, GpuBug bug) {
+  const float mean = sum_squares / static_cast<float>(hidden);
+  return bug == GpuBug::kEpsOutsideRsqrt ? 1.f / sqrtf(mean) + eps : 1.f / sqrtf(mean + eps);
+}
+
+// vLLM's rms_norm / fused_add_rms_norm (csrc/layernorm_kernels.cu): fp32 block reduction in the plan's
+// order; with a residual the sum z = x + r is rounded to the activation dtype, stored back into the residual,
+// and the variance is taken from the rounded z; y = act(act(z * s) * w): two roundings.
 __global__ void rmsnorm_kernel(RmsNormArgs a) {
-  __shared__ float slots[kMaxWarps];
+  __shared__ float slots[kMaxBlockWarps];
   const std::int64_t row = blockIdx.x;
   const DType act = a.y.dtype;
+  const std::int64_t x_row = a.bug == GpuBug::kRowStrideIgnored ? a.x.offset + row * a.hidden * a.x.stride[1]
+                                                                : a.x.offset + row * a.x.stride[0];
+  const auto x_at = [&](std::int64_t j) { return load(a.x, x_row + j * a.x.stride[1]); };
   float ss = 0.f;
-  for (std::int64_t j = threadIdx.x; j < a.hidden; j += blockDim.x) {
-    float v = load(a.x, at2(a.x, row, j));
+  for_owned(a.plan, threadIdx.x, a.hidden, [&](std::int64_t j) {
+    float v = x_at(j);
     if (a.has_residual) {
       v = round_act(act, v + load(a.residual, at2(a.residual, row, j)));
       store(a.residual, at2(a.residual, row, j), v);
     }
-    ss += v * v;
-  }
-  const float s = rsqrtf(block_sum(ss, slots) / static_cast<float>(a.hidden) + a.eps);
+    ss = accumulate_in(a.plan.accumulate, ss + v * v);
+  });
+  // block_total's barriers also make every thread's residual stores visible to the second pass.
+  const float s = inverse_rms(block_total(a.plan, ss, slots), a.hidden, a.eps, a.bug);
   for (std::int64_t j = threadIdx.x; j < a.hidden; j += blockDim.x) {
-    const float v = a.has_residual ? load(a.residual, at2(a.residual, row, j)) : load(a.x, at2(a.x, row, j));
-    store(a.y, at2(a.y, row, j), round_act(act, v * s) * weight_at(a.w, j, a.one_plus_weight));
+    float v = a.has_residual ? load(a.residual, at2(a.residual, row, j)) : x_at(j);
+    if (a.has_residual && a.bug == GpuBug::kResidualReread) v = round_act(act, x_at(j) + v);  // x + z
+    const std::int64_t at = at2(a.y, row, j);
+    const float y = round_act(act, v * s) * weight_at(a.w, j, a.one_plus_weight);
+    store(a.y, at, y);
+    if (a.bug == GpuBug::kOobWrite && j == a.hidden - 1 && at + a.y.stride[1] < a.y.storage_numel)
+      store(a.y, at + a.y.stride[1], y);
   }
 }
 
 // The fused layer-0 kernel of DOMAIN.md section 1: grid (rows, 2), half 0 normalises e with w_e into columns
 // [0, H), half 1 normalises h with w_h into [H, 2H); fp32 math, weight multiplied in fp32, one rounding.
 __global__ void dual_rmsnorm_cat_kernel(DualArgs a) {
-  __shared__ float slots[kMaxWarps];
+  __shared__ float slots[kMaxBlockWarps];
   const std::int64_t row = blockIdx.x;
   const bool second = blockIdx.y == 1;
   const DeviceView& x = second ? a.h : a.e;
   const DeviceView& w = second ? a.w_h : a.w_e;
+  const DType act = a.out.dtype;
   float ss = 0.f;
+  for_owned(a.plan, threadIdx.x, a.hidden, [&](std::int64_t j) {
+    const float v = load(x, at2(x, row, j));
+    ss = accumulate_in(a.plan.accumulate, ss + v * v);
+  });
+  const float s = inverse_rms(block_total(a.plan, ss, slots), a.hidden, a.eps, a.bug);
+  const std::int64_t col0 = second != (a.bug == GpuBug::kHalvesSwapped) ? a.hidden : 0;
   for (std::int64_t j = threadIdx.x; j < a.hidden; j += blockDim.x) {
     const float v = load(x, at2(x, row, j));
-    ss += v * v;
-  }
-  const float s = rsqrtf(block_sum(ss, slots) / static_cast<float>(a.hidden) + a.eps);
-  const std::int64_t col0 = second ? a.hidden : 0;
-  for (std::int64_t j = threadIdx.x; j < a.hidden; j += blockDim.x) {
-    const float v = load(x, at2(x, row, j));
-    store(a.out, at2(a.out, row, col0 + j), v * s * weight_at(w, j, a.one_plus_weight));
+    const float wj = weight_at(w, j, a.one_plus_weight);
+    store(a.out, at2(a.out, row, col0 + j),
+          a.bug == GpuBug::kWeightRoundedEarly ? round_act(act, v * s) * wj : v * s * wj);
   }
 }
 
@@ -159,38 +167,65 @@ __device__ inline void copy_element(const DeviceView& src, std::int64_t si, cons
 
 __global__ void concat_kernel(ConcatArgs a) {
   const std::int64_t row = blockIdx.x;
+  const bool swapped = a.bug == GpuBug::kHalvesSwapped;
+  const DeviceView& first = swapped ? a.b : a.a;
+  const DeviceView& second = swapped ? a.a : a.b;
+  const std::int64_t width_first = swapped ? a.width_b : a.width_a;
   for (std::int64_t j = threadIdx.x; j < a.width_a + a.width_b; j += blockDim.x) {
-    if (j < a.width_a)
-      copy_element(a.a, at2(a.a, row, j), a.out, at2(a.out, row, j));
+    if (j < width_first)
+      copy_element(first, at2(first, row, j), a.out, at2(a.out, row, j));
     else
-      copy_element(a.b, at2(a.b, row, j - a.width_a), a.out, at2(a.out, row, j));
+      copy_element(second, at2(second, row, j - width_first), a.out, at2(a.out, row, j));
   }
 }
 
+// Storage index of element d of logical key t of sequence `seq`, kv head g, through the block table.
+__device__ inline std::int64_t cache_at(const AttentionArgs& a, const DeviceView& cache, std::int64_t seq,
+                                        std::int64_t t, std::int64_t g, std::int64_t d) {
+  std::int64_t page = load_i32(a.block_table, at2(a.block_table, seq, t / a.block_size));
+  std::int64_t slot = t % a.block_size;
+  if (a.bug == GpuBug::kPageConversion && a.block_size >= 64) {  // vllm#24486: 16-token kernel blocks
+    const std::int64_t flat = page * 16 + t % 16;
+    page = flat / a.block_size;
+    slot = flat % a.block_size;
+  }
+  return at4(cache, page, slot, g, d);
+}
+
+// The sequence whose query range holds `token` (query_start_loc is non-decreasing).
+__device__ inline std::int64_t sequence_of(const AttentionArgs& a, std::int64_t token) {
+  const DeviceView& qsl = a.query_start_loc;
+  std::int64_t seq = 0;
+  while (seq + 1 < a.num_seqs && load_i32(qsl, qsl.offset + (seq + 1) * qsl.stride[0]) <= token) ++seq;
+  return seq;
+}
+
 // Straightforward paged attention: one block per (query token, query head), keys visited in order, online
-// softmax in fp32 with the logits of one key reduced over the block; only valid keys are visited, so unused
-// (poisoned) cache slots are never read. Sinks start the running state at (m = sink, l = 1). One rounding of
-// the output.
+// softmax in fp32 with the logit of one key reduced over the block (plan: kAttnThreads threads, descending
+// lane tree, warp totals in order); only visible keys are visited, so unused (poisoned) cache slots are never
+// read. Sinks start the running state at (m = sink, l = 1). One rounding of the output.
 __global__ void attention_kernel(AttentionArgs a) {
-  __shared__ float slots[kAttnBlock / 32];
+  __shared__ float slots[kMaxBlockWarps];
+  constexpr ReducePlan plan{kAttnThreads, 1, false, false, DType::kF32};
   const std::int64_t token = blockIdx.x;
   const std::int64_t head = blockIdx.y;
-  std::int64_t seq =
-      0;  // the sequence whose query range holds this token (query_start_loc is non-decreasing)
-  while (seq + 1 < a.num_seqs &&
-         load_i32(a.query_start_loc, a.query_start_loc.offset + (seq + 1) * a.query_start_loc.stride[0]) <=
-             token)
-    ++seq;
-  const std::int64_t q_begin =
-      load_i32(a.query_start_loc, a.query_start_loc.offset + seq * a.query_start_loc.stride[0]);
-  const std::int64_t q_end =
-      load_i32(a.query_start_loc, a.query_start_loc.offset + (seq + 1) * a.query_start_loc.stride[0]);
+  const std::int64_t seq = sequence_of(a, token);
+  const DeviceView& qsl = a.query_start_loc;
+  const std::int64_t q_begin = load_i32(qsl, qsl.offset + seq * qsl.stride[0]);
+  const std::int64_t q_end = load_i32(qsl, qsl.offset + (seq + 1) * qsl.stride[0]);
   const std::int64_t seq_len = load_i32(a.seq_lens, a.seq_lens.offset + seq * a.seq_lens.stride[0]);
   const std::int64_t pos = seq_len - (q_end - q_begin) + (token - q_begin);
-  std::int64_t hi = a.causal ? (pos + 1 < seq_len ? pos + 1 : seq_len) : seq_len;
-  std::int64_t lo = a.window > 0 ? pos - a.window + 1 : 0;
+  const std::int64_t ahead = a.bug == GpuBug::kCausalOffByOne ? 2 : 1;
+  const std::int64_t hi = a.causal ? (pos + ahead < seq_len ? pos + ahead : seq_len) : seq_len;
+  std::int64_t lo = a.window > 0 ? pos - a.window + (a.bug == GpuBug::kWindowOffByOne ? 0 : 1) : 0;
   if (lo < 0) lo = 0;
-  const std::int64_t kv_head = head / (a.num_q_heads / a.num_kv_heads);
+  // The masked-P-times-V mutant walks on to the end of the page holding the last key, P = 0 there.
+  const std::int64_t end =
+      a.bug == GpuBug::kMaskedPTimesV ? (hi + a.block_size - 1) / a.block_size * a.block_size : hi;
+  const std::int64_t kv_head =
+      a.bug == GpuBug::kGqaModulo ? head % a.num_kv_heads : head / (a.num_q_heads / a.num_kv_heads);
+  DeviceView k_cache = a.k_cache, v_cache = a.v_cache;
+  if (a.bug == GpuBug::kFp8FnFnuzSwapped) k_cache.dtype = v_cache.dtype = misread_fp8(k_cache.dtype);
 
   float q[kMaxDimsPerThread];
   float acc[kMaxDimsPerThread];
@@ -199,26 +234,28 @@ __global__ void attention_kernel(AttentionArgs a) {
     q[i] = d < a.head_dim ? load(a.q, at3(a.q, token, head, d)) : 0.f;
     acc[i] = 0.f;
   }
-  float m = a.has_sinks ? load(a.sinks, a.sinks.offset + head * a.sinks.stride[0]) : -INFINITY;
-  float l = a.has_sinks ? 1.f : 0.f;
-  for (std::int64_t t = lo; t < hi; ++t) {
-    const std::int64_t block = load_i32(a.block_table, at2(a.block_table, seq, t / a.block_size));
-    const std::int64_t slot = t % a.block_size;
-    float part = 0.f;
-    for (int i = 0; i < kMaxDimsPerThread; ++i) {
-      const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(i) * blockDim.x;
-      if (d < a.head_dim) part += q[i] * load(a.k_cache, at4(a.k_cache, block, slot, kv_head, d));
+  const bool sink = a.has_sinks && a.bug != GpuBug::kSinkDropped;
+  float m = sink ? load(a.sinks, a.sinks.offset + head * a.sinks.stride[0]) : -INFINITY;
+  float l = sink ? 1.f : 0.f;
+  for (std::int64_t t = lo; t < end; ++t) {
+    float s = -INFINITY;  // a masked key (the mutant's page tail): selected away, never a dot product
+    if (t < hi) {
+      float part = 0.f;
+      for (int i = 0; i < kMaxDimsPerThread; ++i) {
+        const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(i) * blockDim.x;
+        if (d < a.head_dim) part += q[i] * load(k_cache, cache_at(a, k_cache, seq, t, kv_head, d));
+      }
+      s = block_total(plan, part, slots) * a.k_scale * a.scale;
+      if (a.softcap > 0.f && a.bug != GpuBug::kSoftcapMissing) s = a.softcap * tanhf(s / a.softcap);
     }
-    float s = block_sum(part, slots) * a.k_scale * a.scale;
-    if (a.softcap > 0.f) s = a.softcap * tanhf(s / a.softcap);
-    const float m_new = fmaxf(m, s);
+    const float m_new = a.bug == GpuBug::kNoMaxSubtraction ? 0.f : fmaxf(m, s);
     const float alpha = expf(m - m_new);  // exp(-inf) = 0 on the first key without sinks
     const float p = expf(s - m_new);
     l = l * alpha + p;
     for (int i = 0; i < kMaxDimsPerThread; ++i) {
       const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(i) * blockDim.x;
       if (d < a.head_dim)
-        acc[i] = acc[i] * alpha + p * load(a.v_cache, at4(a.v_cache, block, slot, kv_head, d));
+        acc[i] = acc[i] * alpha + p * load(v_cache, cache_at(a, v_cache, seq, t, kv_head, d));
     }
     m = m_new;
   }
@@ -230,32 +267,41 @@ __global__ void attention_kernel(AttentionArgs a) {
   if (threadIdx.x == 0) store(a.lse, at2(a.lse, token, head), l > 0.f ? m + logf(l) : -INFINITY);
 }
 
+// Whole 64-lane wavefronts (two 32-lane warps on NVIDIA): every lane of a warp takes part in the shuffles.
+unsigned norm_block(const ReducePlan& plan) {
+  const int threads = plan.threads < 1 ? 1 : plan.threads;
+  return static_cast<unsigned>((threads + 63) / 64 * 64);
+}
+
 }  // namespace
 
-hipError_t launch_rmsnorm(const RmsNormArgs& args) {
+hipError_t launch_rmsnorm(const RmsNormArgs& args, hipStream_t stream) {
   if (args.rows == 0) return hipSuccess;
-  hipLaunchKernelGGL(rmsnorm_kernel, dim3(static_cast<unsigned>(args.rows)), dim3(kBlock), 0, 0, args);
+  if (args.plan.threads > kMaxNormThreads) return hipErrorInvalidValue;
+  hipLaunchKernelGGL(rmsnorm_kernel, dim3(static_cast<unsigned>(args.rows)), dim3(norm_block(args.plan)), 0,
+                     stream, args);
   return hipGetLastError();
 }
 
-hipError_t launch_dual_rmsnorm_cat(const DualArgs& args) {
+hipError_t launch_dual_rmsnorm_cat(const DualArgs& args, hipStream_t stream) {
   if (args.rows == 0) return hipSuccess;
-  hipLaunchKernelGGL(dual_rmsnorm_cat_kernel, dim3(static_cast<unsigned>(args.rows), 2), dim3(kBlock), 0, 0,
-                     args);
+  if (args.plan.threads > kMaxNormThreads) return hipErrorInvalidValue;
+  hipLaunchKernelGGL(dual_rmsnorm_cat_kernel, dim3(static_cast<unsigned>(args.rows), 2),
+                     dim3(norm_block(args.plan)), 0, stream, args);
   return hipGetLastError();
 }
 
-hipError_t launch_concat(const ConcatArgs& args) {
+hipError_t launch_concat(const ConcatArgs& args, hipStream_t stream) {
   if (args.rows == 0) return hipSuccess;
-  hipLaunchKernelGGL(concat_kernel, dim3(static_cast<unsigned>(args.rows)), dim3(kBlock), 0, 0, args);
+  hipLaunchKernelGGL(concat_kernel, dim3(static_cast<unsigned>(args.rows)), dim3(256), 0, stream, args);
   return hipGetLastError();
 }
 
-hipError_t launch_attention(const AttentionArgs& args) {
+hipError_t launch_attention(const AttentionArgs& args, hipStream_t stream) {
   if (args.num_tokens == 0) return hipSuccess;
   hipLaunchKernelGGL(attention_kernel,
                      dim3(static_cast<unsigned>(args.num_tokens), static_cast<unsigned>(args.num_q_heads)),
-                     dim3(kAttnBlock), 0, 0, args);
+                     dim3(kAttnThreads), 0, stream, args);
   return hipGetLastError();
 }
 

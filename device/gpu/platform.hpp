@@ -13,6 +13,7 @@
 #include <hip/hip_runtime_api.h>
 #endif
 #define DC_SHFL_XOR(v, mask) __shfl_xor((v), (mask))
+#define DC_SHFL_DOWN(v, delta) __shfl_down((v), (delta))
 #else
 #if defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -27,11 +28,27 @@ inline constexpr cudaError_t hipSuccess = cudaSuccess;
 inline constexpr cudaMemcpyKind hipMemcpyHostToDevice = cudaMemcpyHostToDevice;
 inline constexpr cudaMemcpyKind hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
 inline constexpr cudaMemcpyKind hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevice;
+inline constexpr cudaError_t hipErrorInvalidValue = cudaErrorInvalidValue;
+inline constexpr cudaError_t hipErrorNotReady = cudaErrorNotReady;
+inline constexpr cudaError_t hipErrorOutOfMemory = cudaErrorMemoryAllocation;
+inline constexpr unsigned hipHostMallocDefault = cudaHostAllocDefault;
+
+inline cudaError_t hipHostMalloc(void** p, size_t bytes, unsigned flags) {
+  return cudaHostAlloc(p, bytes, flags);
+}
 
 #define hipMalloc cudaMalloc
 #define hipFree cudaFree
 #define hipMemcpy cudaMemcpy
 #define hipMemset cudaMemset
+#define hipMemcpyAsync cudaMemcpyAsync
+#define hipHostFree cudaFreeHost
+#define hipStreamCreate cudaStreamCreate
+#define hipStreamDestroy cudaStreamDestroy
+#define hipStreamQuery cudaStreamQuery
+#define hipStreamSynchronize cudaStreamSynchronize
+#define hipGetDevice cudaGetDevice
+#define hipSetDevice cudaSetDevice
 #define hipGetDeviceCount cudaGetDeviceCount
 #define hipGetErrorString cudaGetErrorString
 #define hipGetLastError cudaGetLastError
@@ -46,5 +63,6 @@ inline constexpr cudaMemcpyKind hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevi
 #if defined(__CUDACC__)
 // Full-mask shuffle within the executing warp; the width is the hardware warp (warpSize), never assumed 32.
 #define DC_SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask))
+#define DC_SHFL_DOWN(v, delta) __shfl_down_sync(0xffffffffu, (v), (delta))
 #endif
 #endif

@@ -130,6 +130,9 @@ Registry build_registry() {
   r.add(make_mutant_attn_softcap_missing());
   r.add(make_mutant_attn_sink_dropped());
   r.add(make_mutant_attn_table_stride_ignored());
+#if DRIFTCHECK_HAVE_GPU
+  register_gpu_mutants(r);
+#endif
   return r;
 }
 

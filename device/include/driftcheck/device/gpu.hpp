@@ -11,10 +11,14 @@ namespace driftcheck {
 
 #if DRIFTCHECK_HAVE_GPU
 void register_gpu_backends(Registry& r);
-// Runs `launch` on device copies of `storages`, each whole: allocated, uploaded, launched with the device
-// pointers (in the same order) and the stream to launch on (the default stream, nullptr), synchronised,
-// checked for a device error (BackendError), downloaded back. Serialised with the GPU backends' runs. For
-// plugins that want device memory (driftcheck/plugin.h).
+// The mutant.gpu.* backends: each gpu.* kernel with one deliberate bug (unavailable without a GPU, like
+// their kernels).
+void register_gpu_mutants(Registry& r);
+// Runs `launch` on device copies of `storages`, each whole (packed into the calling thread's leased device
+// slot, uploaded with one copy), with the device pointers (in the same order) and the slot's stream to launch
+// on; then checks for a launch error, waits for the stream (a device error is a BackendError) and downloads
+// every storage back. Runs on other threads proceed at the same time on their own streams. For plugins that
+// want device memory (driftcheck/plugin.h).
 void gpu_run_on_storages(const std::vector<Storage*>& storages,
                          const std::function<void(const std::vector<void*>& device, void* stream)>& launch);
 #endif
