@@ -6,13 +6,20 @@
 // the registry must hold no gpu.* backend at all.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "case_builders.hpp"
 #include "driftcheck/device/backend.hpp"
+#include "driftcheck/device/device_reference.hpp"
+#if DRIFTCHECK_HAVE_GPU
+#include "driftcheck/device/gpu.hpp"
+#endif
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 
@@ -201,6 +208,199 @@ TEST(GpuBackends, ConcurrentRunsGiveTheBitsOfSequentialOnes) {
   for (int t = 0; t < 16; ++t) EXPECT_EQ(mismatches[static_cast<std::size_t>(t)], 0) << "thread " << t;
   EXPECT_GE(work.size(), 100u);
 }
+
+#if DRIFTCHECK_HAVE_GPU
+// docs/REFERENCE.md, "The attention reference on a GPU": each of the CPU and GPU references is within e of
+// the exact attention, so they differ by at most 2e per element, with (u = 2^-53, gamma_k = k u / (1 - k u),
+// per query row: n visible keys, c = |scale k_scale|, G = max_t c sum_d |q_d k_td|, S' = the largest |logit|
+// or |sink| plus eps_s, M_d = |v_scale| sum_t p_t |v_td|):
+//   eps_s  = gamma_{D+2} G + 6 u softcap                                   (logits)
+//   theta  = expm1(2 eps_s) + gamma_{2n+4} + 16 u (S' + 2)                  (softmax weights, relative)
+//   e_o(d) = (theta + gamma_{2n+4}) M_d + n |v_scale| max_t |v_td| 2^-1022   (outputs)
+//   e_lse  = eps_s + gamma_{2n+4} + 16 u (S' + 2) + 8 u (|lse| + S')       (lse)
+struct RowBound {
+  std::vector<double> o;  // e_o per d
+  double lse = 0;
+};
+
+double gamma(double k) {
+  const double u = 0x1p-53;
+  return k * u / (1 - k * u);
+}
+
+std::vector<RowBound> agreement_bounds(const Case& c, const Outputs& ref) {
+  const auto& p = c.get<AttentionParams>();
+  const double u = 0x1p-53, scale = std::fabs(p.scale * p.k_scale), vs = std::fabs(p.v_scale);
+  const Tensor &q = c.tensor("q"), &kc = c.tensor("k_cache"), &vc = c.tensor("v_cache"),
+               &tab = c.tensor("block_table");
+  const auto lse = ref.at("lse").to_f64();
+  const std::int64_t d_n = p.head_dim, group = p.num_q_heads / p.num_kv_heads;
+  std::vector<RowBound> out(static_cast<std::size_t>(q.size(0) * p.num_q_heads));
+  const std::int64_t seqs = c.tensor("seq_lens").size(0);
+  std::vector<double> qrow(static_cast<std::size_t>(d_n)), k(static_cast<std::size_t>(d_n)), v(k.size());
+  for (std::int64_t s = 0; s < seqs; ++s) {
+    const auto len = static_cast<std::int64_t>(c.tensor("seq_lens").at({s}));
+    const auto q0 = static_cast<std::int64_t>(c.tensor("query_start_loc").at({s}));
+    const auto ql = static_cast<std::int64_t>(c.tensor("query_start_loc").at({s + 1})) - q0;
+    for (std::int64_t j = 0; j < ql; ++j) {
+      const std::int64_t pos = len - ql + j;
+      const std::int64_t hi = p.causal ? std::min(pos + 1, len) : len;
+      const std::int64_t lo = p.window > 0 ? std::max<std::int64_t>(0, pos - p.window + 1) : 0;
+      for (std::int64_t h = 0; h < p.num_q_heads; ++h) {
+        const std::size_t row = static_cast<std::size_t>((q0 + j) * p.num_q_heads + h);
+        q.storage()->load_f64(q.offset() + (q0 + j) * q.strides()[0] + h * q.strides()[1], q.strides()[2],
+                              d_n, qrow.data());
+        const double sink = p.has_sinks ? c.tensor("sinks").at({h}) : -INFINITY;
+        double g_max = 0, s_max = p.has_sinks ? std::fabs(sink) : 0, m = sink;
+        std::vector<double> logits, mag(static_cast<std::size_t>(d_n), 0.0);
+        std::vector<std::vector<double>> values;
+        for (std::int64_t t = std::min(lo, hi); t < hi; ++t) {
+          const auto block = static_cast<std::int64_t>(tab.at({s, t / p.block_size}));
+          const std::int64_t g = h / group;
+          kc.storage()->load_f64(kc.offset() + block * kc.strides()[0] +
+                                     (t % p.block_size) * kc.strides()[1] + g * kc.strides()[2],
+                                 kc.strides()[3], d_n, k.data());
+          vc.storage()->load_f64(vc.offset() + block * vc.strides()[0] +
+                                     (t % p.block_size) * vc.strides()[1] + g * vc.strides()[2],
+                                 vc.strides()[3], d_n, v.data());
+          double dot = 0, abs_dot = 0;
+          for (std::int64_t d = 0; d < d_n; ++d) dot += qrow[d] * k[d], abs_dot += std::fabs(qrow[d] * k[d]);
+          double l = dot * p.scale * p.k_scale;
+          if (p.softcap > 0) l = p.softcap * std::tanh(l / p.softcap);
+          logits.push_back(l);
+          values.push_back(v);
+          g_max = std::max(g_max, scale * abs_dot);
+          s_max = std::max(s_max, std::fabs(l));
+          m = std::max(m, l);
+        }
+        const auto n = static_cast<double>(logits.size());
+        double z = p.has_sinks ? std::exp(sink - m) : 0;
+        for (double l : logits) z += std::exp(l - m);
+        const double eps_s = gamma(static_cast<double>(d_n) + 2) * g_max + 6 * u * p.softcap;
+        const double s_prime = s_max + eps_s;
+        const double theta = std::expm1(2 * eps_s) + gamma(2 * n + 4) + 16 * u * (s_prime + 2);
+        RowBound& b = out[row];
+        b.o.assign(static_cast<std::size_t>(d_n), 0.0);
+        for (std::int64_t d = 0; d < d_n; ++d) {
+          double md = 0, vmax = 0;
+          for (std::size_t t = 0; t < logits.size(); ++t) {
+            md += std::exp(logits[t] - m) / z * std::fabs(values[t][static_cast<std::size_t>(d)]);
+            vmax = std::max(vmax, std::fabs(values[t][static_cast<std::size_t>(d)]));
+          }
+          b.o[static_cast<std::size_t>(d)] =
+              1.01 * (theta + gamma(2 * n + 4)) * vs * md + n * vs * vmax * 0x1p-1022;  // 1.01: second order
+        }
+        b.lse = 1.01 *
+                (eps_s + gamma(2 * n + 4) + 16 * u * (s_prime + 2) + 8 * u * (std::fabs(lse[row]) + s_prime));
+      }
+    }
+  }
+  return out;
+}
+
+// Largest |gpu - cpu| / (2 e) over every element (> 1 breaks the bound); non-finite values must match.
+double agreement_ratio(const Case& c, const Outputs& cpu, const Outputs& gpu, std::string* where) {
+  const auto bounds = agreement_bounds(c, cpu);
+  const auto d_n = static_cast<std::size_t>(c.get<AttentionParams>().head_dim);
+  double worst = 0;
+  for (const char* name : {"o", "lse"}) {
+    const auto a = cpu.at(name).to_f64(), b = gpu.at(name).to_f64();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const bool is_o = name[0] == 'o';
+      const RowBound& rb = bounds[is_o ? i / d_n : i];
+      const double bound = 2 * (is_o ? rb.o[i % d_n] : rb.lse);
+      double r = 0;
+      if (!std::isfinite(a[i]) || !std::isfinite(b[i]))
+        r = (std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i] ? 0 : INFINITY;
+      else if (a[i] != b[i])
+        r = bound > 0 ? std::fabs(a[i] - b[i]) / bound : INFINITY;
+      if (r > worst) {
+        worst = r;
+        *where = std::string(name) + "[" + std::to_string(i) + "]: cpu " + std::to_string(a[i]) + ", gpu " +
+                 std::to_string(b[i]) + ", bound " + std::to_string(bound);
+      }
+    }
+  }
+  return worst;
+}
+
+// MiniMax-M3 decode shapes (64 q heads, 4 KV heads, head size 128, block size 128) and the features the
+// generator draws rarely at size: a speculative step, fp8 KV with scales, window, softcap and sinks.
+std::vector<Case> large_attention_cases() {
+  std::vector<Case> out;
+  for (int variant = 0; variant < 4; ++variant) {
+    builders::AttentionSpec s;
+    s.params.num_q_heads = 64;
+    s.params.num_kv_heads = 4;
+    s.params.head_dim = 128;
+    s.params.block_size = 128;
+    s.params.scale = 1.0 / std::sqrt(128.0);
+    s.q_dtype = DType::kBF16;
+    s.kv_dtype = DType::kBF16;
+    s.seq_lens = {8192, 3000};
+    s.query_lens = {1, variant == 0 ? 1 : 4};
+    s.shuffle_blocks = true;
+    s.spare_blocks = 2;
+    if (variant == 1) {
+      s.kv_dtype = DType::kF8E4M3FN;
+      s.params.k_scale = 0.0625;
+      s.params.v_scale = 0.5;
+    }
+    if (variant == 2) s.params.window = 1024, s.params.softcap = 30, s.q_stddev = 3;
+    if (variant == 3) s.params.has_sinks = true, s.params.causal = false;
+    out.push_back(builders::attention_case(s, 7 + static_cast<std::uint64_t>(variant)));
+  }
+  return out;
+}
+
+// The GPU's fp64 attention reference against the CPU's on every generated attention case of the suite's
+// seed and on large MiniMax-M3-shaped cases: within the derived bound everywhere, declined only where a value
+// it reads is not finite.
+TEST(GpuReference, AgreesWithTheCpuReferenceWithinTheFp64Bound) {
+  if (!gpu_here()) GTEST_SKIP() << "no GPU";
+  int compared = 0, declined = 0;
+  double worst = 0;
+  const auto check = [&](const Case& c, const std::string& what) {
+    const Outputs cpu = reference(c);
+    const std::optional<Outputs> gpu = gpu_reference_attention(c);
+    if (!gpu) {
+      ++declined;
+      return;
+    }
+    ++compared;
+    std::string where;
+    const double r = agreement_ratio(c, cpu, *gpu, &where);
+    worst = std::max(worst, r);
+    EXPECT_LE(r, 1.0) << what << ": " << where;
+  };
+  for (const fuzz::PreparedCase& pc : prepared(OpKind::kAttention, cases_for(OpKind::kAttention)))
+    check(pc.input, "generated case " + std::to_string(pc.input.index));
+  int big = 0;
+  for (const Case& c : large_attention_cases()) check(c, "MiniMax-shaped case " + std::to_string(big++));
+  std::cout << "[gpu reference] " << compared << " cases within the bound (worst |gpu - cpu| / bound "
+            << worst << "), " << declined << " declined (non-finite values read)\n";
+  EXPECT_GE(compared, 150);
+}
+
+// device_reference() takes the GPU for a large attention case and the CPU for a small one.
+TEST(GpuReference, DeviceReferenceUsesTheGpuWhereItPays) {
+  if (!gpu_here()) GTEST_SKIP() << "no GPU";
+  if (const char* env = std::getenv("DRIFTCHECK_REFERENCE"); env && std::string_view(env) != "auto")
+    GTEST_SKIP() << "DRIFTCHECK_REFERENCE=" << env;
+  const Case big = large_attention_cases().front();
+  const auto via_gpu = gpu_reference_attention(big).value();
+  const Outputs chosen = device_reference(big);
+  EXPECT_EQ(chosen.at("o").storage()->bytes, via_gpu.at("o").storage()->bytes);
+  builders::AttentionSpec tiny;  // 16 keys, 4 heads of 8: far below the GPU's threshold
+  tiny.params.num_q_heads = tiny.params.num_kv_heads = 4;
+  tiny.params.head_dim = 8;
+  tiny.params.block_size = 16;
+  tiny.query_lens = {1};
+  tiny.seq_lens = {16};
+  const Case small = builders::attention_case(tiny, 1);
+  EXPECT_EQ(device_reference(small).at("o").storage()->bytes, reference(small).at("o").storage()->bytes);
+}
+#endif
 
 }  // namespace
 }  // namespace driftcheck

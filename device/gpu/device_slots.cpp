@@ -16,6 +16,21 @@ void check(hipError_t e, const char* what) {
   if (e != hipSuccess) throw BackendError(std::string(what) + ": " + hipGetErrorString(e));
 }
 
+bool device_present(std::string* why) {
+  static std::once_flag once;
+  static std::string reason;
+  std::call_once(once, [] {
+    int count = 0;
+    const hipError_t e = hipGetDeviceCount(&count);
+    if (e != hipSuccess)
+      reason = std::string("no GPU: ") + hipGetErrorString(e);
+    else if (count == 0)
+      reason = "no GPU: no device found";
+  });
+  if (why && !reason.empty()) *why = reason;
+  return reason.empty();
+}
+
 DeviceSlot::DeviceSlot() {
   check(hipGetDevice(&device_), "hipGetDevice");
   check(hipStreamCreate(&stream_), "hipStreamCreate");

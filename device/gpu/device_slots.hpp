@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "platform.hpp"
@@ -18,6 +19,10 @@ namespace driftcheck::gpu {
 
 // Throws BackendError("<what>: <runtime message>") unless e is hipSuccess.
 void check(hipError_t e, const char* what);
+
+// Whether a GPU can run anything here; when not, `why` says so ("no GPU: ..."). Asked once per process: a
+// campaign asks every backend, and the answer cannot change while it runs.
+bool device_present(std::string* why = nullptr);
 
 class DeviceSlot {
  public:

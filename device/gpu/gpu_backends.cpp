@@ -5,7 +5,6 @@
 // checked by the oracle exactly as for CPU backends. Mutants (mutant.gpu.*) are the same backends with one
 // GpuBug, the kernel parameter that switches a deliberate deviation on.
 #include <algorithm>
-#include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -21,22 +20,6 @@ namespace {
 using gpu::DeviceView;
 using gpu::GpuBug;
 using gpu::ReducePlan;
-
-// Asked once per process: a campaign asks every backend, and the answer cannot change while it runs.
-bool device_present(std::string* why) {
-  static std::once_flag once;
-  static std::string reason;
-  std::call_once(once, [] {
-    int count = 0;
-    const hipError_t e = hipGetDeviceCount(&count);
-    if (e != hipSuccess)
-      reason = std::string("no GPU: ") + hipGetErrorString(e);
-    else if (count == 0)
-      reason = "no GPU: no device found";
-  });
-  if (why && !reason.empty()) *why = reason;
-  return reason.empty();
-}
 
 // The case's storages, each once, packed into one run on a slot and uploaded.
 class DeviceCase {
@@ -95,7 +78,7 @@ class GpuBackend : public Backend {
   BackendKind kind() const override { return id_.mutates.empty() ? BackendKind::kGpu : BackendKind::kMutant; }
   std::string_view mutates() const override { return id_.mutates; }
   std::string_view bug_class() const override { return id_.bug_class; }
-  bool available(std::string* why) const override { return device_present(why); }
+  bool available(std::string* why) const override { return gpu::device_present(why); }
   void run(Case& c) const override {
     const gpu::SlotLease slot;
     DeviceCase dev(c, *slot);

@@ -1,3 +1,4 @@
+#include "device_access.hpp"
 #include "kernels.hpp"
 
 namespace driftcheck::gpu {
@@ -10,71 +11,6 @@ __device__ inline DType misread_fp8(DType t) {
   if (t == DType::kF8E4M3FN) return DType::kF8E4M3FNUZ;
   if (t == DType::kF8E4M3FNUZ) return DType::kF8E4M3FN;
   return t;
-}
-
-__device__ inline float load(const DeviceView& v, std::int64_t i) {
-  switch (v.dtype) {
-    case DType::kF32:
-      return static_cast<const float*>(v.base)[i];
-    case DType::kI32:
-      return static_cast<float>(static_cast<const std::int32_t*>(v.base)[i]);
-    case DType::kBF16: {
-      const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(v.base)[i])
-                                 << 16;
-      return bits_as<float>(bits);
-    }
-    case DType::kF16:
-      return static_cast<float>(
-          decode(float_format_of(DType::kF16), static_cast<const std::uint16_t*>(v.base)[i]));
-    case DType::kF64:
-      return static_cast<float>(static_cast<const double*>(v.base)[i]);
-    default:
-      return static_cast<float>(
-          decode(float_format_of(v.dtype), static_cast<const std::uint8_t*>(v.base)[i]));
-  }
-}
-
-__device__ inline std::int32_t load_i32(const DeviceView& v, std::int64_t i) {
-  return static_cast<const std::int32_t*>(v.base)[i];
-}
-
-// Rounds to the view's dtype once (round to nearest even) and stores.
-__device__ inline void store(const DeviceView& v, std::int64_t i, float x) {
-  switch (v.dtype) {
-    case DType::kF32:
-      static_cast<float*>(v.base)[i] = x;
-      return;
-    case DType::kBF16: {
-      const std::uint32_t bits = bits_as<std::uint32_t>(round_bf16(x));
-      static_cast<std::uint16_t*>(v.base)[i] = static_cast<std::uint16_t>(bits >> 16);
-      return;
-    }
-    case DType::kF16:
-      static_cast<std::uint16_t*>(v.base)[i] =
-          static_cast<std::uint16_t>(encode(float_format_of(DType::kF16), x));
-      return;
-    case DType::kF64:
-      static_cast<double*>(v.base)[i] = x;
-      return;
-    default:
-      static_cast<std::uint8_t*>(v.base)[i] = static_cast<std::uint8_t>(encode(float_format_of(v.dtype), x));
-      return;
-  }
-}
-
-__device__ inline float round_act(DType t, float x) {
-  return t == DType::kBF16 ? round_bf16(x) : static_cast<float>(round_to(t, x));
-}
-
-__device__ inline std::int64_t at2(const DeviceView& v, std::int64_t i, std::int64_t j) {
-  return v.offset + i * v.stride[0] + j * v.stride[1];
-}
-__device__ inline std::int64_t at3(const DeviceView& v, std::int64_t i, std::int64_t j, std::int64_t k) {
-  return v.offset + i * v.stride[0] + j * v.stride[1] + k * v.stride[2];
-}
-__device__ inline std::int64_t at4(const DeviceView& v, std::int64_t i, std::int64_t j, std::int64_t k,
-                                   std::int64_t l) {
-  return v.offset + i * v.stride[0] + j * v.stride[1] + k * v.stride[2] + l * v.stride[3];
 }
 
 __device__ inline float weight_at(const DeviceView& w, std::int64_t j, bool one_plus) {
@@ -192,14 +128,6 @@ __device__ inline std::int64_t cache_at(const AttentionArgs& a, const DeviceView
   return at4(cache, page, slot, g, d);
 }
 
-// The sequence whose query range holds `token` (query_start_loc is non-decreasing).
-__device__ inline std::int64_t sequence_of(const AttentionArgs& a, std::int64_t token) {
-  const DeviceView& qsl = a.query_start_loc;
-  std::int64_t seq = 0;
-  while (seq + 1 < a.num_seqs && load_i32(qsl, qsl.offset + (seq + 1) * qsl.stride[0]) <= token) ++seq;
-  return seq;
-}
-
 // Straightforward paged attention: one block per (query token, query head), keys visited in order, online
 // softmax in fp32 with the logit of one key reduced over the block (plan: kAttnThreads threads, descending
 // lane tree, warp totals in order); only visible keys are visited, so unused (poisoned) cache slots are never
@@ -209,16 +137,10 @@ __global__ void attention_kernel(AttentionArgs a) {
   constexpr ReducePlan plan{kAttnThreads, 1, false, false, DType::kF32};
   const std::int64_t token = blockIdx.x;
   const std::int64_t head = blockIdx.y;
-  const std::int64_t seq = sequence_of(a, token);
-  const DeviceView& qsl = a.query_start_loc;
-  const std::int64_t q_begin = load_i32(qsl, qsl.offset + seq * qsl.stride[0]);
-  const std::int64_t q_end = load_i32(qsl, qsl.offset + (seq + 1) * qsl.stride[0]);
-  const std::int64_t seq_len = load_i32(a.seq_lens, a.seq_lens.offset + seq * a.seq_lens.stride[0]);
-  const std::int64_t pos = seq_len - (q_end - q_begin) + (token - q_begin);
-  const std::int64_t ahead = a.bug == GpuBug::kCausalOffByOne ? 2 : 1;
-  const std::int64_t hi = a.causal ? (pos + ahead < seq_len ? pos + ahead : seq_len) : seq_len;
-  std::int64_t lo = a.window > 0 ? pos - a.window + (a.bug == GpuBug::kWindowOffByOne ? 0 : 1) : 0;
-  if (lo < 0) lo = 0;
+  const VisibleKeys keys =
+      visible_keys(a.query_start_loc, a.seq_lens, a.num_seqs, token, a.causal, a.window,
+                   a.bug == GpuBug::kCausalOffByOne ? 2 : 1, a.bug == GpuBug::kWindowOffByOne ? 1 : 0);
+  const std::int64_t seq = keys.seq, lo = keys.lo, hi = keys.hi;
   // The masked-P-times-V mutant walks on to the end of the page holding the last key, P = 0 there.
   const std::int64_t end =
       a.bug == GpuBug::kMaskedPTimesV ? (hi + a.block_size - 1) / a.block_size * a.block_size : hi;

@@ -15,6 +15,8 @@
 
 #include "driftcheck/fuzz/oracle.hpp"
 
+#include "driftcheck/device/device_reference.hpp"
+
 namespace driftcheck::fuzz {
 namespace {
 
@@ -474,7 +476,7 @@ double tolerance(const ErrorModel& m, const Numerics& n, std::size_t i, double r
 
 PreparedCase prepare(Case c) {
   PreparedCase pc;
-  pc.reference = reference(c);  // validates the case
+  pc.reference = device_reference(c);  // validates the case; large attention cases on a GPU when present
   pc.baseline = naive_baseline(c);
   pc.model = error_model(c, pc.reference, pc.baseline);
   pc.input = std::move(c);

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "driftcheck/device/backend.hpp"
+#include "driftcheck/reference/reference.hpp"
 
 namespace driftcheck {
 
@@ -21,6 +23,12 @@ void register_gpu_mutants(Registry& r);
 // want device memory (driftcheck/plugin.h).
 void gpu_run_on_storages(const std::vector<Storage*>& storages,
                          const std::function<void(const std::vector<void*>& device, void* stream)>& launch);
+// The fp64 attention reference computed on the GPU (validated first, like reference()); nullopt when the GPU
+// declines the case (a NaN or infinity where the reference reads, head_dim beyond its kernel). Throws
+// BackendError on a device error.
+std::optional<Outputs> gpu_reference_attention(const Case& c);
+// gpu_reference_attention when a GPU is present and the case is worth it (device_reference.hpp's rule).
+std::optional<Outputs> gpu_reference_if_worth_it(const Case& c);
 #endif
 
 }  // namespace driftcheck
