@@ -61,7 +61,7 @@ TEST(GpuBackends, OneForEveryOpWhenBuiltNoneOtherwise) {
     for (const Backend* b : gpu_backends()) n += b->op() == op;
     EXPECT_GE(n, 1) << "no GPU backend for " << op_name(op);
   }
-  EXPECT_GE(registry().match("mutant.gpu.*", true).size(), 17u);
+  EXPECT_GE(registry().match("mutant.gpu.*", true).size(), 18u);
 #else
   EXPECT_TRUE(gpu_backends().empty());
   EXPECT_TRUE(registry().match("mutant.gpu.*", true).empty());

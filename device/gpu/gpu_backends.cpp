@@ -261,6 +261,7 @@ class GpuPagedAttention final : public GpuBackend {
     a.num_kv_heads = p.num_kv_heads;
     a.head_dim = p.head_dim;
     a.block_size = p.block_size;
+    a.max_blocks = c.tensor("block_table").size(1);
     a.scale = static_cast<float>(p.scale);
     a.softcap = static_cast<float>(p.softcap);
     a.k_scale = static_cast<float>(p.k_scale);
@@ -348,6 +349,8 @@ constexpr MutantEntry kMutants[] = {
      "softcap silently dropped (as mutant.attn.softcap_missing)"},
     {"mutant.gpu.attn.sink_dropped", "gpu.attn.paged_online", GpuBug::kSinkDropped,
      "the sink never enters the denominator (as mutant.attn.sink_dropped)"},
+    {"mutant.gpu.attn.table_stride_ignored", "gpu.attn.paged_online", GpuBug::kTableStrideIgnored,
+     "block table row s read at s * max_blocks, not s * row stride (as mutant.attn.table_stride_ignored)"},
 };
 
 }  // namespace

@@ -141,7 +141,8 @@ std::int64_t attention_work(const Case& c) {
 }  // namespace
 
 std::optional<Outputs> gpu_reference_if_worth_it(const Case& c) {
-  if (c.op != OpKind::kAttention || reference_device() == ReferenceDevice::kCpu || !gpu::device_present()) return {};
+  if (c.op != OpKind::kAttention || reference_device() == ReferenceDevice::kCpu || !gpu::device_present())
+    return {};
   // Below about a million multiply-adds the CPU's Eigen GEMMs take under a millisecond, about what an upload,
   // two launches and a download cost; above, the GPU wins by the ratio measured in bench/gpu_reference_bench.
   constexpr std::int64_t kWorkThreshold = std::int64_t{1} << 20;

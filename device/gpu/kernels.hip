@@ -118,7 +118,10 @@ __global__ void concat_kernel(ConcatArgs a) {
 // Storage index of element d of logical key t of sequence `seq`, kv head g, through the block table.
 __device__ inline std::int64_t cache_at(const AttentionArgs& a, const DeviceView& cache, std::int64_t seq,
                                         std::int64_t t, std::int64_t g, std::int64_t d) {
-  std::int64_t page = load_i32(a.block_table, at2(a.block_table, seq, t / a.block_size));
+  const DeviceView& tb = a.block_table;
+  const std::int64_t row =
+      a.bug == GpuBug::kTableStrideIgnored ? seq * a.max_blocks * tb.stride[1] : seq * tb.stride[0];
+  std::int64_t page = load_i32(tb, tb.offset + row + (t / a.block_size) * tb.stride[1]);
   std::int64_t slot = t % a.block_size;
   if (a.bug == GpuBug::kPageConversion && a.block_size >= 64) {  // vllm#24486: 16-token kernel blocks
     const std::int64_t flat = page * 16 + t % 16;

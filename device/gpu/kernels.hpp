@@ -41,15 +41,16 @@ enum class GpuBug : std::uint8_t {
   kWeightRoundedEarly,  // act(act(x * s) * w) where one rounding is declared
   kHalvesSwapped,       // the two halves written in the wrong order
   // attention
-  kMaskedPTimesV,     // masked P (0) multiplied with V up to the end of the last page
-  kPageConversion,    // block_size >= 64: page id used as a 16-token kernel block id
-  kFp8FnFnuzSwapped,  // e4m3fn bytes decoded as e4m3fnuz and vice versa
-  kNoMaxSubtraction,  // exp(s) without the running max
-  kGqaModulo,         // kv head h % Hkv
-  kCausalOffByOne,    // sees key p + 1
-  kWindowOffByOne,    // window one key wider
-  kSoftcapMissing,    // softcap not applied
-  kSinkDropped,       // the sink never enters the denominator
+  kMaskedPTimesV,       // masked P (0) multiplied with V up to the end of the last page
+  kPageConversion,      // block_size >= 64: page id used as a 16-token kernel block id
+  kFp8FnFnuzSwapped,    // e4m3fn bytes decoded as e4m3fnuz and vice versa
+  kNoMaxSubtraction,    // exp(s) without the running max
+  kGqaModulo,           // kv head h % Hkv
+  kCausalOffByOne,      // sees key p + 1
+  kWindowOffByOne,      // window one key wider
+  kSoftcapMissing,      // softcap not applied
+  kSinkDropped,         // the sink never enters the denominator
+  kTableStrideIgnored,  // block table row s read at s * max_blocks instead of s * row stride
 };
 
 struct RmsNormArgs {
@@ -80,6 +81,7 @@ struct ConcatArgs {
 struct AttentionArgs {
   DeviceView q, k_cache, v_cache, block_table, seq_lens, query_start_loc, sinks, o, lse;
   std::int64_t num_tokens = 0, num_seqs = 0, num_q_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+  std::int64_t max_blocks = 0;  // block_table columns
   float scale = 0, softcap = 0, k_scale = 1, v_scale = 1;
   std::int64_t window = 0;
   bool causal = true;
