@@ -33,17 +33,7 @@ double seconds_since(Clock::time_point t) {
 }
 
 Case minimax_decode(std::int64_t context, std::int64_t queries) {
-  builders::AttentionSpec s;
-  s.params.num_q_heads = 64;
-  s.params.num_kv_heads = 4;
-  s.params.head_dim = 128;
-  s.params.block_size = 128;
-  s.params.scale = 1.0 / std::sqrt(128.0);
-  s.q_dtype = DType::kBF16;
-  s.kv_dtype = DType::kBF16;
-  s.seq_lens = {context};
-  s.query_lens = {queries};
-  s.shuffle_blocks = true;
+  builders::AttentionSpec s = builders::minimax_m3_spec({context}, {queries});
   s.poison_unused = false;  // no unused slot but the last block's tail: poisoning 128k tokens costs seconds
   return builders::attention_case(s, static_cast<std::uint64_t>(context + queries));
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <ostream>
@@ -156,6 +157,24 @@ inline void poison_unused_slots(Tensor& cache, const Tensor& table,
       for (std::int64_t d = 0; d < cache.size(3); ++d) cache.set({slot / bs, slot % bs, h, d}, NAN);
     }
   }
+}
+
+// MiniMax-M3's attention (64 q heads, 4 KV heads, head size 128, block size 128, bf16 q and KV cache) with
+// the given sequences, blocks in shuffled order.
+inline AttentionSpec minimax_m3_spec(std::vector<std::int64_t> seq_lens,
+                                     std::vector<std::int64_t> query_lens) {
+  AttentionSpec s;
+  s.params.num_q_heads = 64;
+  s.params.num_kv_heads = 4;
+  s.params.head_dim = 128;
+  s.params.block_size = 128;
+  s.params.scale = 1.0 / std::sqrt(128.0);
+  s.q_dtype = DType::kBF16;
+  s.kv_dtype = DType::kBF16;
+  s.seq_lens = std::move(seq_lens);
+  s.query_lens = std::move(query_lens);
+  s.shuffle_blocks = true;
+  return s;
 }
 
 inline Case attention_case(const AttentionSpec& s, std::uint64_t seed) {

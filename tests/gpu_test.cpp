@@ -329,17 +329,7 @@ double agreement_ratio(const Case& c, const Outputs& cpu, const Outputs& gpu, st
 std::vector<Case> large_attention_cases() {
   std::vector<Case> out;
   for (int variant = 0; variant < 4; ++variant) {
-    builders::AttentionSpec s;
-    s.params.num_q_heads = 64;
-    s.params.num_kv_heads = 4;
-    s.params.head_dim = 128;
-    s.params.block_size = 128;
-    s.params.scale = 1.0 / std::sqrt(128.0);
-    s.q_dtype = DType::kBF16;
-    s.kv_dtype = DType::kBF16;
-    s.seq_lens = {8192, 3000};
-    s.query_lens = {1, variant == 0 ? 1 : 4};
-    s.shuffle_blocks = true;
+    builders::AttentionSpec s = builders::minimax_m3_spec({8192, 3000}, {1, variant == 0 ? 1 : 4});
     s.spare_blocks = 2;
     if (variant == 1) {
       s.kv_dtype = DType::kF8E4M3FN;

@@ -4,7 +4,10 @@
 // not copied), launches, and downloads every storage whole with one copy, so guard bands and inputs are
 // checked by the oracle exactly as for CPU backends. Mutants (mutant.gpu.*) are the same backends with one
 // GpuBug, the kernel parameter that switches a deliberate deviation on.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -21,7 +24,10 @@ using gpu::DeviceView;
 using gpu::GpuBug;
 using gpu::ReducePlan;
 
-// The case's storages, each once, packed into one run on a slot and uploaded.
+// A fault a kernel records instead of reading out of bounds (AttentionArgs::fault); all zero when none.
+using FaultRecord = std::array<std::int64_t, 4>;
+
+// The case's storages, each once, and the fault record, packed into one run on a slot and uploaded.
 class DeviceCase {
  public:
   DeviceCase(Case& c, gpu::DeviceSlot& slot) : case_(c) {
@@ -32,6 +38,7 @@ class DeviceCase {
       storages_.push_back(s);
       buffers.push_back({s->bytes.data(), s->bytes.size()});
     }
+    buffers.push_back({reinterpret_cast<std::byte*>(fault_.data()), sizeof fault_});
     run_.emplace(slot, std::move(buffers));
     run_->upload();
   }
@@ -49,11 +56,16 @@ class DeviceCase {
     return v;
   }
 
+  std::int64_t* fault_on_device() const {
+    return reinterpret_cast<std::int64_t*>(run_->device(storages_.size()));
+  }
+  const FaultRecord& fault() const { return fault_; }
   void download() { run_->download(); }
 
  private:
   Case& case_;
   std::vector<Storage*> storages_;
+  FaultRecord fault_{};
   std::optional<gpu::PackedRun> run_;
 };
 
@@ -80,15 +92,21 @@ class GpuBackend : public Backend {
   std::string_view bug_class() const override { return id_.bug_class; }
   bool available(std::string* why) const override { return gpu::device_present(why); }
   void run(Case& c) const override {
+    check_indices(c);
     const gpu::SlotLease slot;
     DeviceCase dev(c, *slot);
     gpu::check(launch(c, dev, slot->stream()), "launch");
     dev.download();
+    if (dev.fault()[0]) throw BackendError(fault_message(c, dev.fault()));
   }
 
  protected:
   GpuBug bug() const { return id_.bug; }
   virtual hipError_t launch(const Case& c, const DeviceCase& dev, hipStream_t stream) const = 0;
+  // Index tensors the kernel trusts, checked on the host before any address is formed from them (throws
+  // BackendError naming the tensor and index), and the message for a fault the kernel recorded.
+  virtual void check_indices(const Case&) const {}
+  virtual std::string fault_message(const Case&, const FaultRecord&) const { return "kernel fault"; }
 
  private:
   GpuIdentity id_;
@@ -262,6 +280,8 @@ class GpuPagedAttention final : public GpuBackend {
     a.head_dim = p.head_dim;
     a.block_size = p.block_size;
     a.max_blocks = c.tensor("block_table").size(1);
+    a.num_blocks = c.tensor("k_cache").size(0);
+    a.fault = dev.fault_on_device();
     a.scale = static_cast<float>(p.scale);
     a.softcap = static_cast<float>(p.softcap);
     a.k_scale = static_cast<float>(p.k_scale);
@@ -271,6 +291,40 @@ class GpuPagedAttention final : public GpuBackend {
     a.has_sinks = p.has_sinks;
     a.bug = bug();
     return gpu::launch_attention(a, stream);
+  }
+
+  // As the CPU twins check them (device/src/attention_kernels.cpp, check_indices), with the same messages:
+  // seq_lens within what a block-table row covers, query_start_loc non-decreasing within q. Block-table
+  // entries are checked by the kernel as it reads them.
+  void check_indices(const Case& c) const override {
+    const Tensor &table = c.tensor("block_table"), &lens = c.tensor("seq_lens"),
+                 &qsl = c.tensor("query_start_loc");
+    const std::int64_t seqs = lens.size(0), bs = c.get<AttentionParams>().block_size;
+    const std::int64_t per_row = table.size(1) * bs;
+    if (qsl.size(0) != seqs + 1 || table.size(0) < seqs)
+      throw BackendError(
+          fmt::format("query_start_loc has {} entries and block_table {} rows for {} sequences", qsl.size(0),
+                      table.size(0), seqs));
+    for (std::int64_t s = 0; s < seqs; ++s) {
+      const auto len = static_cast<std::int64_t>(lens.at({s}));
+      if (len < 0 || len > per_row)
+        throw BackendError(
+            fmt::format("seq_lens[{}] = {}: outside [0, {}] (block_table rows hold {} blocks of {})", s, len,
+                        per_row, table.size(1), bs));
+    }
+    const std::int64_t tokens = std::min(c.tensor("q").size(0), c.tensor("o").size(0));
+    for (std::int64_t s = 0; s <= seqs; ++s) {
+      const auto at = static_cast<std::int64_t>(qsl.at({s}));
+      const auto prev = s == 0 ? 0 : static_cast<std::int64_t>(qsl.at({s - 1}));
+      if (at < prev || at > tokens)
+        throw BackendError(fmt::format("query_start_loc[{}] = {}: outside [{}, {}] (q has {} tokens)", s, at,
+                                       prev, tokens, tokens));
+    }
+  }
+
+  std::string fault_message(const Case& c, const FaultRecord& f) const override {
+    return fmt::format("block_table[{}, {}] = {}: outside the cache's {} blocks", f[1], f[2], f[3],
+                       c.tensor("k_cache").size(0));
   }
 };
 

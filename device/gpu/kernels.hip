@@ -122,6 +122,12 @@ __device__ inline std::int64_t cache_at(const AttentionArgs& a, const DeviceView
   const std::int64_t row =
       a.bug == GpuBug::kTableStrideIgnored ? seq * a.max_blocks * tb.stride[1] : seq * tb.stride[0];
   std::int64_t page = load_i32(tb, tb.offset + row + (t / a.block_size) * tb.stride[1]);
+  if (page < 0 || page >= a.num_blocks) {  // never an out-of-bounds read: the host reports it
+    auto* flag = reinterpret_cast<unsigned long long*>(a.fault);
+    if (atomicCAS(flag, 0ull, 1ull) == 0ull)
+      a.fault[1] = seq, a.fault[2] = t / a.block_size, a.fault[3] = page;
+    page = 0;
+  }
   std::int64_t slot = t % a.block_size;
   if (a.bug == GpuBug::kPageConversion && a.block_size >= 64) {  // vllm#24486: 16-token kernel blocks
     const std::int64_t flat = page * 16 + t % 16;

@@ -82,6 +82,11 @@ struct AttentionArgs {
   DeviceView q, k_cache, v_cache, block_table, seq_lens, query_start_loc, sinks, o, lse;
   std::int64_t num_tokens = 0, num_seqs = 0, num_q_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   std::int64_t max_blocks = 0;  // block_table columns
+  std::int64_t num_blocks = 0;  // cache blocks
+  // The first block-table entry read outside [0, num_blocks): {1, sequence, column, entry}, written by the
+  // thread that read it first (the kernel reads block 0 instead, and the host turns the record into an
+  // error).
+  std::int64_t* fault = nullptr;
   float scale = 0, softcap = 0, k_scale = 1, v_scale = 1;
   std::int64_t window = 0;
   bool causal = true;
