@@ -84,7 +84,7 @@ def attention(case):
             q = case.q[seq.q_start : seq.q_end]
             k = kv_heads(dequantised(case, "k_cache", seq, p.k_scale), group)
             v = kv_heads(dequantised(case, "v_cache", seq, p.v_scale), group)
-            o, lse = sdpa(*(t.transpose(0, 1).unsqueeze(0).contiguous() for t in (q, k, v)), seq, p)
+            o, lse = sdpa(*aligned(t.transpose(0, 1).unsqueeze(0).contiguous() for t in (q, k, v)), seq, p)
             case.o[seq.q_start : seq.q_end].copy_(o[0].transpose(0, 1))
             if lse is None:  # the public API returns none: the runner's own fp32 lse (see the docstring)
                 lse = paged.lse_fp32(q, k, p.scale, paged.visible(seq, p.causal, p.window))
@@ -99,6 +99,20 @@ def dequantised(case, name, seq, scale):
     if not dc.dtypes.is_fp8(case.dtype(name)):
         return kv
     return (dc.dtypes.to_float(kv, case.dtype(name)) * scale).to(case.q.dtype)
+
+
+def aligned(tensors):
+    """The fused backends need 16-byte aligned data pointers and torch's dispatcher does not check them: on the
+    H200 (torch 2.11) a misaligned q view (a decode row, which .contiguous() does not copy) made EFFICIENT raise
+    "p.query_ptr is not correctly aligned" and CUDNN and FLASH fault with a sticky "misaligned address"
+    (docs/gpu/h200-4197d19-external-examples.md). Such a case is declined with that reason; MATH takes any view."""
+    tensors = list(tensors)
+    if BACKEND != "MATH":
+        for name, t in zip("qkv", tensors):
+            if t.data_ptr() % 16:
+                raise dc.Unsupported(f"{BACKEND} needs 16-byte aligned q, k, v; {name} starts at byte "
+                                     f"{t.data_ptr() % 16} of 16 (torch does not check this before the kernel)")
+    return tensors
 
 
 def kv_heads(kv, group):
@@ -123,7 +137,7 @@ def sdpa(q, k, v, seq, p):
                                                scale=p.scale)
             return o, None
         except RuntimeError as e:
-            if "No available kernel" not in str(e):
+            if "No available kernel" not in str(e) and "no kernel found to launch" not in str(e):
                 raise
             why = "; ".join(re.sub(r"\s+", " ", str(w.message)) for w in caught) or str(e)
             raise dc.Unsupported(f"{BACKEND} declined q_len {seq.q_len}, L {seq.seq_len}, D {q.shape[-1]}: {why}")

@@ -99,7 +99,10 @@ def _is_fatal(exc: BaseException) -> bool:
     return any(
         s in text
         for s in ("AcceleratorError", "CUDA error", "HIP error", "illegal memory access", "device-side assert",
-                  "unspecified launch failure", "CUDA driver error")
+                  "unspecified launch failure", "CUDA driver error", "misaligned address",
+                  # a library call that fails after an asynchronous kernel fault reports the sticky error as its own
+                  "CUBLAS_STATUS_INTERNAL_ERROR", "CUBLAS_STATUS_EXECUTION_FAILED", "CUDNN_STATUS_INTERNAL_ERROR",
+                  "CUDNN_STATUS_EXECUTION_FAILED")
     )
 
 

@@ -187,6 +187,14 @@ class Runs(unittest.TestCase):
         np.testing.assert_array_equal(good.get("y"), good.get("x"))
         self.assertEqual(w.close()[0], 0)
 
+    def test_sticky_device_errors_are_fatal(self):
+        # A kernel fault is asynchronous: the next library call in the process may report it as its own status.
+        for text in ("CUDA error: misaligned address", "CUDA error: CUBLAS_STATUS_INTERNAL_ERROR when calling "
+                     "`cublasCreate(handle)`", "cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"):
+            self.assertTrue(worker._is_fatal(RuntimeError(text)), text)
+        self.assertFalse(worker._is_fatal(RuntimeError("p.query_ptr is not correctly aligned")))
+        self.assertFalse(worker._is_fatal(ValueError("H = 7: the kernel wants multiples of 8")))
+
     def test_supports_round_trip(self):
         w = harness.FakeDriftcheck(script("""
             @dc.rmsnorm(tensors="numpy")
