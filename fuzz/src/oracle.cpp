@@ -460,6 +460,18 @@ std::string_view verdict_name(Verdict v) {
   return "unknown";
 }
 
+bool parse_verdict(std::string_view name, Verdict* out) {
+  // Every value verdict_name() knows, so a verdict added there is parsed here without another list.
+  for (int i = 0; i <= std::numeric_limits<std::uint8_t>::max(); ++i) {
+    const auto v = static_cast<Verdict>(i);
+    if (verdict_name(v) != "unknown" && verdict_name(v) == name) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool is_failure(Verdict v) {
   return v != Verdict::kPass && v != Verdict::kUnsupported;
 }

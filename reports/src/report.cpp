@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "markdown.hpp"
+
 namespace driftcheck::reports {
 namespace {
 
@@ -49,20 +51,6 @@ nlohmann::json finding_json(const FindingReport& f) {
           {"shrink_steps", f.shrink_steps},
           {"bundle", f.bundle},
           {"replay", f.replay}};
-}
-
-// Markdown tables break on '|' and newlines inside cells.
-std::string cell(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '|')
-      out += "\\|";
-    else if (c == '\n')
-      out += ' ';
-    else
-      out += c;
-  }
-  return out;
 }
 
 std::string verdict_counts(const std::map<std::string, std::int64_t>& m) {

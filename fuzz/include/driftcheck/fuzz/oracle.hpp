@@ -33,7 +33,8 @@ enum class Verdict : std::uint8_t {
   kFusedUnfusedDrift,        // fused and unfused chains differ by more than their roundings explain
 };
 std::string_view verdict_name(Verdict v);
-bool is_failure(Verdict v);  // everything but kPass and kUnsupported
+bool is_failure(Verdict v);                               // everything but kPass and kUnsupported
+bool parse_verdict(std::string_view name, Verdict* out);  // false for a name verdict_name() never returns
 
 struct OutputMetrics {
   std::string output;  // tensor name ("y", "o", "lse", "residual")

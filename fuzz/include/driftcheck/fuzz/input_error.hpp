@@ -1,0 +1,21 @@
+// Bad input files (a gate config, a baseline, a corpus entry, a golden file): exit 2 with one line,
+// "driftcheck: bad <kind>: <file>: <problem>".
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace driftcheck::fuzz {
+
+class InputError : public std::runtime_error {
+ public:
+  // `message` names the file first ("gate.toml:12: unknown key 'sed'").
+  InputError(std::string kind, const std::string& message)
+      : std::runtime_error(message), kind_(std::move(kind)) {}
+  const std::string& kind() const { return kind_; }
+
+ private:
+  std::string kind_;
+};
+
+}  // namespace driftcheck::fuzz

@@ -1,0 +1,149 @@
+#include "driftcheck/reports/drift.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace driftcheck::reports {
+
+int RatioHistogram::bin_of(double r) {
+  int e = 0;
+  const double m = std::frexp(r, &e);  // r = m * 2^e, m in [0.5, 1): both exact
+  // (m - 0.5) * 64 is exact and lies in [0, 32): the sub-bin is its integer part.
+  const int sub = static_cast<int>((m - 0.5) * 2 * kSubBins);
+  return e * kSubBins + sub;
+}
+
+double RatioHistogram::upper_edge(int key) {
+  // Floor division: keys of ratios below 1 are negative.
+  const int e = key >= 0 ? key / kSubBins : -((-key + kSubBins - 1) / kSubBins);
+  const int sub = key - e * kSubBins;
+  return std::ldexp(0.5 + (sub + 1) / (2.0 * kSubBins), e);
+}
+
+void RatioHistogram::add(double ratio) {
+  if (!std::isfinite(ratio))
+    ++nonfinite;
+  else if (ratio <= 0)
+    ++zeros;
+  else
+    ++bins[bin_of(ratio)];
+}
+
+void RatioHistogram::merge(const RatioHistogram& o) {
+  zeros += o.zeros, nonfinite += o.nonfinite;
+  for (const auto& [k, n] : o.bins) bins[k] += n;
+}
+
+std::int64_t RatioHistogram::count() const {
+  std::int64_t n = zeros + nonfinite;
+  for (const auto& [k, c] : bins) n += c;
+  return n;
+}
+
+double RatioHistogram::quantile(double q) const {
+  const std::int64_t n = count();
+  if (n == 0) return 0;
+  const auto rank = static_cast<std::int64_t>(std::ceil(q * static_cast<double>(n)));
+  std::int64_t seen = zeros;
+  if (seen >= rank) return 0;
+  for (const auto& [k, c] : bins) {
+    seen += c;
+    if (seen >= rank) return upper_edge(k);
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+void DriftStats::add(std::uint64_t case_index, const std::string& failing_verdict, double ratio,
+                     double mean_signed_ulps, double share_beyond) {
+  DriftStats one;
+  one.cases = 1;
+  if (failing_verdict.empty())
+    one.passed = 1;
+  else
+    one.failures[failing_verdict] = {1, case_index};
+  one.worst_ratio = ratio, one.worst_case = case_index;
+  one.ratios.add(ratio);
+  if (std::isfinite(mean_signed_ulps)) one.signed_ulps_sum = mean_signed_ulps, one.signed_ulps_cases = 1;
+  one.max_share_beyond = std::isnan(share_beyond) ? 1.0 : share_beyond;
+  merge(one);
+}
+
+void DriftStats::merge(const DriftStats& o) {
+  if (o.cases == 0) return;
+  const bool first = cases == 0;
+  cases += o.cases, passed += o.passed;
+  for (const auto& [v, c] : o.failures) {
+    auto [it, fresh] = failures.emplace(v, c);
+    if (!fresh)
+      it->second.cases += c.cases, it->second.first_case = std::min(it->second.first_case, c.first_case);
+  }
+  // NaN ratios never come from the oracle (a NaN output has an infinite ratio), but must not hide a case.
+  if (first || o.worst_ratio > worst_ratio || (std::isnan(o.worst_ratio) && !std::isnan(worst_ratio)))
+    worst_ratio = o.worst_ratio, worst_case = o.worst_case;
+  ratios.merge(o.ratios);
+  signed_ulps_sum += o.signed_ulps_sum, signed_ulps_cases += o.signed_ulps_cases;
+  max_share_beyond = std::max(max_share_beyond, o.max_share_beyond);
+}
+
+std::int64_t DriftStats::failed() const {
+  std::int64_t n = 0;
+  for (const auto& [v, c] : failures) n += c.cases;
+  return n;
+}
+
+nlohmann::json number_json(double v) {
+  if (std::isfinite(v)) return v;
+  if (std::isnan(v)) return "nan";
+  return v > 0 ? "inf" : "-inf";
+}
+
+double number_from_json(const nlohmann::json& j) {
+  if (j.is_number()) return j.get<double>();
+  const std::string s = j.get<std::string>();
+  if (s == "inf") return std::numeric_limits<double>::infinity();
+  if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  throw std::invalid_argument("'" + s + "' is not a number");
+}
+
+nlohmann::json to_json(const DriftStats& s) {
+  nlohmann::json failures = nlohmann::json::object();
+  for (const auto& [v, c] : s.failures) failures[v] = {{"cases", c.cases}, {"first_case", c.first_case}};
+  nlohmann::json bins = nlohmann::json::array();
+  for (const auto& [k, n] : s.ratios.bins) bins.push_back({k, n});
+  return {
+      {"cases", s.cases},
+      {"passed", s.passed},
+      {"failures", failures},
+      {"worst_ratio", number_json(s.worst_ratio)},
+      {"worst_case", s.worst_case},
+      {"p99_ratio", number_json(s.p99_ratio())},
+      {"mean_signed_ulps", s.mean_signed_ulps()},
+      {"signed_ulps_sum", number_json(s.signed_ulps_sum)},
+      {"signed_ulps_cases", s.signed_ulps_cases},
+      {"max_share_beyond", s.max_share_beyond},
+      {"ratio_histogram", {{"zeros", s.ratios.zeros}, {"nonfinite", s.ratios.nonfinite}, {"bins", bins}}}};
+}
+
+DriftStats drift_stats_from_json(const nlohmann::json& j) {
+  DriftStats s;
+  s.cases = j.at("cases").get<std::int64_t>();
+  s.passed = j.at("passed").get<std::int64_t>();
+  for (const auto& [v, c] : j.at("failures").items())
+    s.failures[v] = {c.at("cases").get<std::int64_t>(), c.at("first_case").get<std::uint64_t>()};
+  s.worst_ratio = number_from_json(j.at("worst_ratio"));
+  s.worst_case = j.at("worst_case").get<std::uint64_t>();
+  s.signed_ulps_sum = number_from_json(j.at("signed_ulps_sum"));
+  s.signed_ulps_cases = j.at("signed_ulps_cases").get<std::int64_t>();
+  s.max_share_beyond = j.at("max_share_beyond").get<double>();
+  const auto& h = j.at("ratio_histogram");
+  s.ratios.zeros = h.at("zeros").get<std::int64_t>();
+  s.ratios.nonfinite = h.at("nonfinite").get<std::int64_t>();
+  for (const auto& b : h.at("bins")) s.ratios.bins[b.at(0).get<int>()] = b.at(1).get<std::int64_t>();
+  return s;
+}
+
+}  // namespace driftcheck::reports

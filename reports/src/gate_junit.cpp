@@ -1,0 +1,99 @@
+// JUnit XML of a gate run, in the dialect CI systems read (Jenkins, GitLab, GitHub test reporters): one
+// <testsuite>, one <testcase> per backend x op x check with its metrics as <properties>, a <failure> whose
+// text carries the replay commands, <skipped> for checks that had nothing to run.
+#include <fmt/format.h>
+
+#include "driftcheck/reports/gate_report.hpp"
+
+namespace driftcheck::reports {
+namespace {
+
+// XML 1.0 forbids most control characters even escaped: they become '?'. Bytes >= 0x80 pass through (UTF-8).
+std::string xml_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += (c < 0x20 && ch != '\n' && ch != '\t' && ch != '\r') ? '?' : ch;
+    }
+  }
+  return out;
+}
+
+void properties(const std::vector<std::pair<std::string, std::string>>& props, std::string_view indent,
+                std::string& xml) {
+  if (props.empty()) return;
+  xml += fmt::format("{}<properties>\n", indent);
+  for (const auto& [k, v] : props)
+    xml += fmt::format("{}  <property name=\"{}\" value=\"{}\"/>\n", indent, xml_escape(k), xml_escape(v));
+  xml += fmt::format("{}</properties>\n", indent);
+}
+
+void testcase(const GateCheck& c, std::string& xml) {
+  xml += fmt::format("    <testcase classname=\"{}\" name=\"{} {}\" time=\"{:.3f}\">\n",
+                     xml_escape(c.backend), xml_escape(c.op), xml_escape(c.check), c.seconds);
+  properties(c.properties, "      ", xml);
+  if (c.status == CheckStatus::kFailed)
+    xml += fmt::format("      <failure type=\"{}\" message=\"{}\">{}</failure>\n", xml_escape(c.check),
+                       xml_escape(c.message), xml_escape(c.details));
+  else if (c.status == CheckStatus::kSkipped)
+    xml += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(c.message));
+  xml += "    </testcase>\n";
+}
+
+}  // namespace
+
+std::string to_junit(const GateReport& r) {
+  std::size_t failures = 0, skipped = 0;
+  for (const auto& c : r.checks) {
+    failures += c.status == CheckStatus::kFailed;
+    skipped += c.status == CheckStatus::kSkipped;
+  }
+  // Gate-level errors (an op that ran no case, an internal error) are testcases with <error> of their own, so
+  // a CI view that only lists testcases still shows them.
+  const std::size_t tests = r.checks.size() + r.errors.size();
+  std::string xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  xml += fmt::format(
+      "<testsuites name=\"driftcheck gate\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+      "time=\"{:.3f}\">\n",
+      tests, failures, r.errors.size(), skipped, r.seconds);
+  xml += fmt::format(
+      "  <testsuite name=\"driftcheck gate {}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+      "time=\"{:.3f}\">\n",
+      xml_escape(r.config_path), tests, failures, r.errors.size(), skipped, r.seconds);
+  properties({{"config", r.config_path},
+              {"config_sha256", r.config_sha256},
+              {"baseline", r.baseline_path},
+              {"stream", r.stream},
+              {"command", r.command},
+              {"tool_version", r.tool_version}},
+             "    ", xml);
+  for (const auto& c : r.checks) testcase(c, xml);
+  for (std::size_t i = 0; i < r.errors.size(); ++i) {
+    xml += fmt::format(
+        "    <testcase classname=\"driftcheck\" name=\"gate error {}\" time=\"0\">\n"
+        "      <error type=\"gate\" message=\"{}\">{}</error>\n    </testcase>\n",
+        i + 1, xml_escape(r.errors[i]), xml_escape(r.errors[i]));
+  }
+  xml += "  </testsuite>\n</testsuites>\n";
+  return xml;
+}
+
+}  // namespace driftcheck::reports
