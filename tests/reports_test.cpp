@@ -21,9 +21,22 @@ Report sample() {
   r.ops = {{"rmsnorm", 120, 0.5}};
   BackendReport good{
       "cpu.rmsnorm.a", "rmsnorm", "cpu", 100, 20, {{"H % 8 != 0", 20}}, 100, {}, 0, 0.4, 3, 0.2,
-      std::nullopt,    ""};
-  BackendReport bad{"mutant.rmsnorm.b",          "rmsnorm", "mutant", 120, 0,   {},   10,
-                    {{"beyond_tolerance", 110}}, 1,         37.5,     9,   0.3, 0.25, ""};
+      std::nullopt,    "",        {}};
+  BackendReport bad{"mutant.rmsnorm.b",
+                    "rmsnorm",
+                    "mutant",
+                    120,
+                    0,
+                    {},
+                    10,
+                    {{"beyond_tolerance", 110}},
+                    1,
+                    37.5,
+                    9,
+                    0.3,
+                    0.25,
+                    "",
+                    {}};
   BackendReport idle{"cpu.rmsnorm.c",
                      "rmsnorm",
                      "cpu",
@@ -37,11 +50,13 @@ Report sample() {
                      0,
                      0,
                      std::nullopt,
-                     "backend cpu.rmsnorm.c ran zero cases: all 120 of its cases unsupported, mostly: never"};
+                     "backend cpu.rmsnorm.c ran zero cases: all 120 of its cases unsupported, mostly: never",
+                     {}};
+  good.drift["bf16"].add(3, "", 0.4, -0.01, 0.0);
   r.backends = {good, bad, idle};
   r.findings = {{"mutant.rmsnorm.b-beyond_tolerance-0badf00d", "rmsnorm", "mutant.rmsnorm.b",
                  "beyond_tolerance", "rms/h96/bf16", "y[0, 3]: 1 | 2", 37.5, 7, 9, 0.25, 12, "findings/x",
-                 "driftcheck replay out/findings/x"}};
+                 "driftcheck replay out/findings/x", true}};
   r.divergence = {{"rmsnorm", "cpu.rmsnorm.a", "mutant.rmsnorm.b", 812.0, 100}};
   r.unavailable = {"gpu.rmsnorm: no GPU"};
   r.errors = {idle.error};

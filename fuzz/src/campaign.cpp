@@ -32,6 +32,19 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The primary output (y, out, o) carries the bias statistic; the share beyond tolerance is the largest of any
+// output's.
+void add_drift(reports::DriftStats& d, std::uint64_t index, const Evaluation& e) {
+  double bias = 0, share = 0;
+  for (const auto& m : e.metrics) share = std::max(share, m.share_beyond);
+  const auto primary = std::find_if(e.metrics.begin(), e.metrics.end(), [](const auto& m) {
+    return m.output == "y" || m.output == "out" || m.output == "o";
+  });
+  if (primary != e.metrics.end()) bias = primary->mean_signed_ulps;
+  d.add(index, is_failure(e.verdict) ? std::string(verdict_name(e.verdict)) : std::string(), e.worst_ratio,
+        bias, share);
+}
+
 class Campaign {
  public:
   Campaign(CampaignOptions opts, Selection sel)
@@ -135,6 +148,10 @@ void Campaign::worker() {
 void Campaign::run_case(std::uint64_t k) {
   const OpKind op = stream_op(sel_.ops, k);
   const DrawnCase drawn = draw_locked(op, opts_.seed, k, opts_.gen);
+  if (!formats_selected(drawn.spec, opts_.formats)) {
+    commit(k, Stats{});
+    return;
+  }
   Case c = materialize(drawn.spec);
   c.seed = opts_.seed, c.index = k;
   Stats stats;
@@ -175,6 +192,7 @@ void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& sp
   ++stats.checks;
   live_checks_.fetch_add(1);
   s.record(e, p.input.index);
+  add_drift(s.drift[drift_format(spec)], p.input.index, e);
   if (!e.outputs.empty()) outputs.emplace_back(&b, e.outputs);
   if (is_failure(e.verdict)) on_failure(b, spec, p, e);
 }
@@ -197,7 +215,8 @@ void Campaign::on_failure(const Backend& b, const CaseSpec& spec, const Prepared
                                       elapsed(),
                                       0,
                                       "",
-                                      stream_replay_command(spec.op, opts_.seed, p.input.index, b.name())};
+                                      stream_replay_command(spec.op, opts_.seed, p.input.index, b.name()),
+                                      false};
   if (findings_.add(sig, report)) findings_.save_bundle(sig, b, spec, p.input, e, 0, false);
 }
 

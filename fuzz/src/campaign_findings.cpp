@@ -31,21 +31,22 @@ void Findings::load(const json& r) {
                 r.at("verdict"),
                 r.at("shape_class"),
                 r.at("detail"),
-                number_from(r.at("worst_ratio")),
+                number_from_json(r.at("worst_ratio")),
                 r.at("seed"),
                 r.at("case_index"),
                 r.at("found_after_s"),
                 0,
                 "",
-                r.at("replay")};
+                r.at("replay"),
+                false};
   } else if (type == "bundle") {
     for (auto& [sig, f] : by_signature_) {
       if (f.report.id != r.at("id")) continue;
       f.bundled = true;
       f.report.bundle = r.at("bundle"), f.report.replay = r.at("replay");
-      f.report.detail = r.at("detail"), f.report.worst_ratio = number_from(r.at("worst_ratio"));
+      f.report.detail = r.at("detail"), f.report.worst_ratio = number_from_json(r.at("worst_ratio"));
       f.report.shrink_steps = r.at("shrink_steps");
-      f.shrunk = r.value("shrunk", false);
+      f.shrunk = f.report.shrunk = r.value("shrunk", false);
     }
   }
 }
@@ -94,7 +95,7 @@ void Findings::save_bundle(const std::string& signature, const Backend& b, const
   write_bundle(dir, spec, pristine, rec);
   std::lock_guard lock(mu_);
   auto& f = by_signature_.at(signature);
-  f.bundled = true, f.shrunk = shrunk;
+  f.bundled = true, f.shrunk = f.report.shrunk = shrunk;
   f.report.bundle = rel, f.report.replay = rec.replay, f.report.shrink_steps = shrink_steps;
   f.report.detail = e.detail, f.report.worst_ratio = e.worst_ratio;
   journal_->append({{"type", "bundle"},

@@ -10,6 +10,8 @@ json journal_header(const CampaignOptions& opts, const Selection& selection) {
   json ops = json::array(), backends = json::array();
   for (OpKind op : selection.ops) ops.push_back(op_name(op));
   for (const Backend* b : selection.backends) backends.push_back(b->name());
+  json formats = json::array();
+  for (DType t : opts.formats) formats.push_back(dtype_name(t));
   return {{"args",
            {{"ops", ops},
             {"backend_globs", opts.backend_globs},
@@ -17,7 +19,8 @@ json journal_header(const CampaignOptions& opts, const Selection& selection) {
             {"seed", opts.seed},
             {"seconds", opts.seconds ? json(*opts.seconds) : json(nullptr)},
             {"cases", opts.cases ? json(*opts.cases) : json(nullptr)},
-            {"large_shapes", opts.gen.large_shapes}}},
+            {"large_shapes", opts.gen.large_shapes},
+            {"formats", formats}}},
           {"backends", backends},
           {"command", opts.command_line},
           {"tool_version", kToolVersion}};
@@ -38,6 +41,13 @@ void apply_journal_header(CampaignOptions& opts) {
     }
     opts.backend_globs = a.at("backend_globs"), opts.include_mutants = a.at("include_mutants");
     opts.seed = a.at("seed"), opts.gen.large_shapes = a.at("large_shapes");
+    opts.formats.clear();
+    for (const auto& name : a.value("formats", json::array())) {
+      DType t;
+      if (!parse_dtype(name.get<std::string>(), &t))
+        throw UsageError(fmt::format("unknown format {}", name.dump()));
+      opts.formats.push_back(t);
+    }
     if (!opts.seconds && !opts.cases) {
       if (!a.at("seconds").is_null()) opts.seconds = a.at("seconds").get<double>();
       if (!a.at("cases").is_null()) opts.cases = a.at("cases").get<std::uint64_t>();

@@ -43,7 +43,8 @@ reports::BackendReport backend_report(const Backend& b, const BackendStats& s,
                             s.worst_case,
                             s.seconds,
                             std::nullopt,
-                            ""};
+                            "",
+                            s.drift};
   for (const auto& [sig, f] : findings) {
     if (f.report.backend != br.name) continue;
     ++br.distinct_findings;

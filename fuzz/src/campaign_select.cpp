@@ -85,4 +85,18 @@ Selection select_backends(const Registry& reg, const std::vector<OpKind>& ops, c
   return sel;
 }
 
+std::string drift_format(const CaseSpec& spec) {
+  std::string f(dtype_name(spec.act_dtype));
+  if (spec.op == OpKind::kAttention && spec.kv_dtype != spec.act_dtype)
+    f += fmt::format("+{}", dtype_name(spec.kv_dtype));
+  return f;
+}
+
+bool formats_selected(const CaseSpec& spec, const std::vector<DType>& formats) {
+  const auto listed = [&](DType t) {
+    return formats.empty() || std::find(formats.begin(), formats.end(), t) != formats.end();
+  };
+  return listed(spec.act_dtype) && (spec.op != OpKind::kAttention || listed(spec.kv_dtype));
+}
+
 }  // namespace driftcheck::fuzz

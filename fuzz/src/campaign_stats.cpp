@@ -31,6 +31,7 @@ void BackendStats::merge(const BackendStats& o) {
   run += o.run, unsupported += o.unsupported, passed += o.passed, seconds += o.seconds;
   for (const auto& [r, n] : o.reasons) reasons[r] += n;
   for (const auto& [v, n] : o.failures) failures[v] += n;
+  for (const auto& [f, d] : o.drift) drift[f].merge(d);
   if (o.worst_ratio > worst_ratio || std::isnan(o.worst_ratio))
     worst_ratio = o.worst_ratio, worst_case = o.worst_case;
   while (reasons.size() > kMaxReasons)
@@ -39,6 +40,8 @@ void BackendStats::merge(const BackendStats& o) {
 }
 
 json BackendStats::to_json() const {
+  json d = json::object();
+  for (const auto& [f, s] : drift) d[f] = reports::to_json(s);
   return {{"run", run},
           {"unsupported", unsupported},
           {"passed", passed},
@@ -46,7 +49,8 @@ json BackendStats::to_json() const {
           {"failures", failures},
           {"worst_ratio", number_json(worst_ratio)},
           {"worst_case", worst_case},
-          {"seconds", seconds}};
+          {"seconds", seconds},
+          {"drift", d}};
 }
 
 BackendStats BackendStats::from_json(const json& j) {
@@ -54,8 +58,11 @@ BackendStats BackendStats::from_json(const json& j) {
   s.run = j.at("run"), s.unsupported = j.at("unsupported"), s.passed = j.at("passed");
   s.reasons = j.at("reasons").get<std::map<std::string, std::int64_t>>();
   s.failures = j.at("failures").get<std::map<std::string, std::int64_t>>();
-  s.worst_ratio = number_from(j.at("worst_ratio")), s.worst_case = j.at("worst_case");
+  s.worst_ratio = number_from_json(j.at("worst_ratio")), s.worst_case = j.at("worst_case");
   s.seconds = j.at("seconds");
+  // Journals written before drift statistics existed resume with none for their cases.
+  if (j.contains("drift"))
+    for (const auto& [f, d] : j.at("drift").items()) s.drift[f] = reports::drift_stats_from_json(d);
   return s;
 }
 
@@ -82,7 +89,7 @@ json Stats::to_json() const {
 Stats Stats::from_json(const json& j) {
   Stats s;
   for (const auto& [n, b] : j.at("backends").items()) s.backends[n] = BackendStats::from_json(b);
-  for (const auto& p : j.at("pairs")) s.pairs[{p.at(0), p.at(1)}] = {number_from(p.at(2)), p.at(3)};
+  for (const auto& p : j.at("pairs")) s.pairs[{p.at(0), p.at(1)}] = {number_from_json(p.at(2)), p.at(3)};
   for (const auto& [n, o] : j.at("ops").items()) s.ops[n] = {o.at(0), o.at(1)};
   s.checks = j.at("checks");
   return s;

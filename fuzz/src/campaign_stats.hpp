@@ -11,12 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "driftcheck/fuzz/oracle.hpp"
+#include "driftcheck/reports/drift.hpp"
 
 namespace driftcheck::fuzz {
 
 // Non-finite numbers (a NaN output has an infinite error ratio) survive the journal as strings.
-nlohmann::json number_json(double v);
-double number_from(const nlohmann::json& j);
+using reports::number_from_json;
+using reports::number_json;
 
 // Unsupported reasons may embed case parameters ("block_size 544: ..."); keeping only the most frequent ones
 // keeps checkpoints and memory flat over long campaigns.
@@ -28,6 +29,7 @@ struct BackendStats {
   double worst_ratio = 0;
   std::uint64_t worst_case = 0;
   double seconds = 0;
+  std::map<std::string, reports::DriftStats> drift;  // by drift_format() of the case
 
   // Folds in one judged (supported) evaluation of case `index`: run, passed or failures by verdict, worst
   // ratio.

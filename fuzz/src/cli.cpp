@@ -12,6 +12,8 @@
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/exchange.hpp"
+#include "driftcheck/fuzz/corpus.hpp"
+#include "driftcheck/fuzz/input_error.hpp"
 #include "driftcheck/fuzz/journal.hpp"
 
 namespace driftcheck::fuzz {
@@ -29,6 +31,7 @@ struct FuzzArgs {
   bool mutants = false;
   bool resume = false;
   ProgressArgs progress;
+  std::string corpus;
 };
 
 struct ReplayArgs {
@@ -100,6 +103,11 @@ extern "C" void on_interrupt(int sig) {
   std::signal(sig, SIG_DFL);
 }
 
+void catch_interrupts() {
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+}
+
 int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& err, bool tty) {
   CampaignOptions o;
   o.ops = parse_op_list(a.ops);
@@ -109,9 +117,14 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
   o.out_dir = a.out, o.resume = a.resume, o.command_line = command;
   o.log = a.progress.quiet ? nullptr : &err, o.progress = a.progress.style(tty);
   o.interrupt = &interrupted;
-  std::signal(SIGINT, on_interrupt);
-  std::signal(SIGTERM, on_interrupt);
-  return run_campaign(o).exit_code;
+  catch_interrupts();
+  const CampaignResult r = run_campaign(o);
+  if (!a.corpus.empty()) {
+    const CorpusTally added = add_findings_to_corpus(r.report, o.out_dir, a.corpus);
+    err << fmt::format("corpus {}: {} shrunk findings added, {} already there\n", a.corpus, added.added,
+                       added.present);
+  }
+  return r.exit_code;
 }
 
 const Backend& find_backend(const std::string& name) {
@@ -177,6 +190,7 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
   // A resumed campaign keeps the stream it was started with; only budgets may change.
   cmd.add_flag("--resume", a.resume, "continue the campaign journaled in --out")->excludes(op, be, seed, mut);
   add_progress_options(cmd, a.progress);
+  cmd.add_option("--corpus", a.corpus, "add every shrunk finding to this regression corpus (docs/GATE.md)");
 }
 
 void add_replay_options(CLI::App& cmd, ReplayArgs& a) {
@@ -201,13 +215,11 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
   auto* replay = app.add_subcommand("replay", "re-run one finding alone (bundle or stream case)");
   add_replay_options(*replay, replay_args);
   add_backend_options(*replay, backend_args, true);
-  const CliContext ctx{out, err, tty, joined(argc, argv), &interrupted, [] {
-                         std::signal(SIGINT, on_interrupt);
-                         std::signal(SIGTERM, on_interrupt);
-                       }};
+  const CliContext ctx{out, err, tty, joined(argc, argv), &interrupted, catch_interrupts};
   const Command worker = add_worker_command(app, ctx);
-  const Command commands[] = {add_accept_command(app, ctx), add_export_command(app, ctx),
-                              add_check_command(app, ctx)};
+  const Command commands[] = {add_accept_command(app, ctx),   add_export_command(app, ctx),
+                              add_check_command(app, ctx),    add_gate_command(app, ctx, backend_args),
+                              add_baseline_command(app, ctx), add_corpus_command(app, ctx)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -255,6 +267,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     err << "driftcheck: bad plugin: " << e.what() << "\n";
   } catch (const ExchangeError& e) {
     err << "driftcheck: bad input: " << e.what() << "\n";
+  } catch (const InputError& e) {
+    err << "driftcheck: bad " << e.kind() << ": " << e.what() << "\n";
   } catch (const std::exception& e) {
     err << "driftcheck: internal error: " << e.what() << "\n";
     return kExitInternal;

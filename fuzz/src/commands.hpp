@@ -59,5 +59,9 @@ Command add_accept_command(CLI::App& app, const CliContext& ctx);  // accept (cm
 Command add_worker_command(CLI::App& app, const CliContext& ctx);  // worker (cmd_worker.cpp)
 Command add_export_command(CLI::App& app, const CliContext& ctx);  // export (cmd_export.cpp)
 Command add_check_command(CLI::App& app, const CliContext& ctx);   // check (cmd_check.cpp)
+// gate (cmd_gate.cpp): takes --backends / --isolate into `backends`, which start-up applies.
+Command add_gate_command(CLI::App& app, const CliContext& ctx, BackendArgs& backends);
+Command add_baseline_command(CLI::App& app, const CliContext& ctx);  // baseline update (cmd_gate.cpp)
+Command add_corpus_command(CLI::App& app, const CliContext& ctx);    // corpus add (cmd_corpus.cpp)
 
 }  // namespace driftcheck::fuzz

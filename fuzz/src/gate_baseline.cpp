@@ -32,7 +32,7 @@ auto key_of(const BaselineEntry& e) {
   return std::tie(e.backend, e.op, e.format);
 }
 
-json entry_json(const BaselineEntry& e) {
+nlohmann::ordered_json entry_json(const BaselineEntry& e) {
   return {{"backend", e.backend},
           {"op", e.op},
           {"format", e.format},
@@ -162,13 +162,6 @@ void sort_entries(std::vector<BaselineEntry>& v) {
   std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return key_of(a) < key_of(b); });
 }
 
-// Entries the baseline holds and the run does not: every case lost.
-BaselineEntry vanished(const BaselineEntry& base) {
-  BaselineEntry e;
-  e.backend = base.backend, e.op = base.op, e.format = base.format;
-  return e;
-}
-
 }  // namespace
 
 Baseline parse_baseline(std::string_view text, const std::filesystem::path& name) {
@@ -210,15 +203,17 @@ Baseline read_baseline(const std::filesystem::path& path) {
 }
 
 void write_baseline(const std::filesystem::path& path, const Baseline& b) {
-  json entries = json::array(), history = json::array();
+  // Key order as documented (format first, the history before the numbers), so the file reads top-down.
+  using ordered = nlohmann::ordered_json;
+  ordered entries = ordered::array(), history = ordered::array();
   for (const auto& e : b.entries) entries.push_back(entry_json(e));
   for (const auto& h : b.history)
     history.push_back({{"date", h.date}, {"action", h.action}, {"reason", h.reason}, {"changes", h.changes}});
-  const json j = {{"format", kBaselineFormatName},
-                  {"format_version", kBaselineFormatVersion},
-                  {"stream", b.stream},
-                  {"entries", entries},
-                  {"history", history}};
+  const ordered j = {{"format", kBaselineFormatName},
+                     {"format_version", kBaselineFormatVersion},
+                     {"stream", b.stream},
+                     {"history", history},
+                     {"entries", entries}};
   reports::write_file_atomic(path, j.dump(2) + "\n");
 }
 
@@ -237,7 +232,12 @@ std::vector<BaselineChange> compare_with_baseline(const Baseline& base, const st
   std::vector<BaselineChange> out;
   for (const auto& b : base.entries) {
     const BaselineEntry* n = find_entry(now, b);
-    const BaselineEntry run = n != nullptr ? *n : vanished(b);
+    if (n == nullptr) {  // every case lost: that is the change, not the statistics of no cases
+      out.push_back(
+          {b.backend, b.op, b.format, "cases", static_cast<double>(b.cases), 0, count_severity(b.cases)});
+      continue;
+    }
+    const BaselineEntry& run = *n;
     for (const auto& m : metrics_of(b, run, margin)) {
       const double before = m.get(b), after = m.get(run), severity = m.severity(before, after);
       if (severity != 0) out.push_back({b.backend, b.op, b.format, m.name, before, after, severity});
@@ -278,7 +278,14 @@ RatchetResult ratchet(const Baseline* base, const std::string& stream, const std
   std::vector<BaselineEntry> entries;
   for (const auto& b : base->entries) {
     const BaselineEntry* n = find_entry(now, b);
-    const BaselineEntry run = n != nullptr ? *n : vanished(b);
+    if (n == nullptr) {
+      const std::string line =
+          fmt::format("{} {} {} ran no case ({} in the baseline)", b.backend, b.op, b.format, b.cases);
+      (allow_loosen ? r.loosened : r.refused).push_back(line);
+      if (!allow_loosen) entries.push_back(b);
+      continue;
+    }
+    const BaselineEntry& run = *n;
     BaselineEntry kept = b;
     for (const auto& m : metrics_of(b, run, margin)) {
       const double before = m.get(b), after = m.get(run), severity = m.severity(before, after);
@@ -291,7 +298,7 @@ RatchetResult ratchet(const Baseline* base, const std::string& stream, const std
         r.refused.push_back(line);
       }
     }
-    if (n != nullptr || !allow_loosen) entries.push_back(kept);
+    entries.push_back(kept);
   }
   for (const auto& n : now) {
     if (find_entry(base->entries, n) != nullptr) continue;

@@ -72,6 +72,7 @@ class Table {
       if (!seen_.count(std::string(k.str()))) fail(&v, fmt::format("unknown key '{}'", key_name(k.str())));
   }
   const toml::table& raw() const { return t_; }
+  const std::string& name() const { return name_; }
   const std::filesystem::path& file() const { return file_; }
 
  private:
@@ -120,7 +121,7 @@ void check_budget(Table& t, const Budget& b) {
     t.fail(nullptr,
            fmt::format("{}: max_ratio > 1 or max_share_beyond > 0 allows errors beyond tolerance, so "
                        "allowed_verdicts must include 'beyond_tolerance'",
-                       t.key_name("")));
+                       t.name()));
 }
 
 Budget read_budget(Table t, std::string pattern, const Budget& base) {

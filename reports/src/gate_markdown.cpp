@@ -1,6 +1,7 @@
 // The Markdown summary of a gate run, fit for a CI job summary: the verdict first, the backend table kernel
 // pull requests use, every failed check with its replay commands, then what moved since the baseline, worst
 // first.
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -67,6 +68,12 @@ void failed_checks(const GateReport& r, std::string& md) {
 
 void changes(const GateReport& r, std::string& md) {
   md += "### Changes since the baseline (worst first)\n\n";
+  const bool compared =
+      std::any_of(r.checks.begin(), r.checks.end(), [](const auto& c) { return c.check == "baseline"; });
+  if (!compared) {
+    md += "Not compared: no usable baseline (see above).\n\n";
+    return;
+  }
   if (r.changes.empty()) {
     md += "None: every statistic equals its baseline.\n\n";
     return;

@@ -34,6 +34,9 @@ nlohmann::json backend_json(const BackendReport& b) {
                       {"check_seconds", b.check_seconds},
                       {"error", b.error}};
   j["first_finding_s"] = b.first_finding_s ? nlohmann::json(*b.first_finding_s) : nlohmann::json(nullptr);
+  nlohmann::json drift = nlohmann::json::object();
+  for (const auto& [format, d] : b.drift) drift[format] = to_json(d);
+  j["drift"] = drift;
   return j;
 }
 
@@ -50,7 +53,8 @@ nlohmann::json finding_json(const FindingReport& f) {
           {"found_after_s", f.found_after_s},
           {"shrink_steps", f.shrink_steps},
           {"bundle", f.bundle},
-          {"replay", f.replay}};
+          {"replay", f.replay},
+          {"shrunk", f.shrunk}};
 }
 
 std::string verdict_counts(const std::map<std::string, std::int64_t>& m) {

@@ -53,6 +53,9 @@ struct CampaignOptions {
   std::ostream* log = nullptr;           // progress and summary (nullptr: silent)
   ProgressStyle progress;                // how progress is shown on `log` (progress.hpp)
   GenOptions gen;
+  // Only cases whose storage formats are all listed are judged (empty: every case); the others are drawn and
+  // skipped, so case k stays case k of the stream and replays alone.
+  std::vector<DType> formats;
   const Registry* backends = nullptr;  // nullptr: the built-in registry()
   // Set from a signal handler (Ctrl-C): discovery ends after the cases in flight, shrinking is skipped, and
   // the report is written as usual; --resume continues the campaign later.
@@ -95,6 +98,12 @@ CheckResult check_case(const Backend& backend, Case pristine);
 // The command that replays case `index` of seed `seed` alone.
 std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index,
                                   std::string_view backend);
+
+// The storage formats of a case, the key of its drift statistics: the activation format ("bf16"), and for
+// attention with a KV cache in another format both ("bf16+fp8_e4m3fn").
+std::string drift_format(const CaseSpec& spec);
+// Whether every storage format of the case is in `formats` (empty: every format).
+bool formats_selected(const CaseSpec& spec, const std::vector<DType>& formats);
 
 // The campaign's op for case k: ops interleaved so every op gets every n-th index.
 inline OpKind stream_op(const std::vector<OpKind>& ops, std::uint64_t k) {

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "driftcheck/reports/drift.hpp"
+
 namespace driftcheck::reports {
 
 // Bumped on any change a reader of report.json would notice (renamed or removed field, changed meaning).
@@ -34,11 +36,12 @@ struct BackendReport {
   std::int64_t passed = 0;
   std::map<std::string, std::int64_t> failures_by_verdict;  // verdict name -> failing cases
   std::int64_t distinct_findings = 0;
-  double worst_ratio = 0;                 // largest error / tolerance seen (> 1 is beyond tolerance)
-  std::uint64_t worst_case = 0;           // case index of worst_ratio
-  double check_seconds = 0;               // time spent running and judging it
-  std::optional<double> first_finding_s;  // campaign seconds until its first failing case
-  std::string error;                      // non-empty when it was asked for and ran zero cases
+  double worst_ratio = 0;                   // largest error / tolerance seen (> 1 is beyond tolerance)
+  std::uint64_t worst_case = 0;             // case index of worst_ratio
+  double check_seconds = 0;                 // time spent running and judging it
+  std::optional<double> first_finding_s;    // campaign seconds until its first failing case
+  std::string error;                        // non-empty when it was asked for and ran zero cases
+  std::map<std::string, DriftStats> drift;  // by storage format of the cases ("bf16", "bf16+fp8_e4m3fn")
 };
 
 struct OpReport {
@@ -59,8 +62,9 @@ struct FindingReport {
   std::uint64_t case_index = 0;
   double found_after_s = 0;
   std::int64_t shrink_steps = 0;
-  std::string bundle;  // directory of the repro bundle, relative to the campaign directory
-  std::string replay;  // command that reproduces it alone
+  std::string bundle;   // directory of the repro bundle, relative to the campaign directory
+  std::string replay;   // command that reproduces it alone
+  bool shrunk = false;  // the bundle holds the shrunk case (the shrink phase handled it)
 };
 
 // Largest divergence in ulps of the output format between two backends of one op, over the cases both ran.

@@ -1,0 +1,242 @@
+#include "gate_checks.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/fuzz/oracle.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+using reports::CheckStatus;
+using reports::GateCheck;
+
+GateCheck new_check(std::string backend, std::string op, std::string check) {
+  GateCheck c;
+  c.backend = std::move(backend), c.op = std::move(op), c.check = std::move(check);
+  return c;
+}
+
+std::string ratio_text(double r) {
+  return std::isfinite(r) ? fmt::format("{:.3g}", r) : "inf (NaN or infinite output)";
+}
+
+std::string replay(const reports::BackendReport& b, std::uint64_t seed, std::uint64_t index) {
+  OpKind op;
+  parse_op(b.op, &op);
+  return stream_replay_command(op, seed, index, b.name);
+}
+
+reports::DriftStats total_of(const reports::BackendReport& b) {
+  reports::DriftStats t;
+  for (const auto& [f, d] : b.drift) t.merge(d);
+  return t;
+}
+
+void drift_properties(const reports::BackendReport& b, GateCheck& c) {
+  const reports::DriftStats t = total_of(b);
+  const auto add = [&c](std::string k, std::string v) {
+    c.properties.emplace_back(std::move(k), std::move(v));
+  };
+  add("cases", std::to_string(t.cases));
+  add("passed", std::to_string(t.passed));
+  add("unsupported", std::to_string(b.unsupported));
+  add("worst_ratio", fmt::format("{:.6g}", t.worst_ratio));
+  add("p99_ratio", fmt::format("{:.6g}", t.p99_ratio()));
+  add("mean_signed_ulps", fmt::format("{:.6g}", t.mean_signed_ulps()));
+  add("max_share_beyond", fmt::format("{:.6g}", t.max_share_beyond));
+  for (const auto& [v, n] : t.failures) add("verdict." + v, std::to_string(n.cases));
+  for (const auto& [f, d] : b.drift) {
+    add(f + ".cases", std::to_string(d.cases));
+    add(f + ".worst_ratio", fmt::format("{:.6g}", d.worst_ratio));
+    add(f + ".p99_ratio", fmt::format("{:.6g}", d.p99_ratio()));
+  }
+}
+
+// Problems of one format's statistics against a budget, one line each with the case to replay.
+void budget_problems(const reports::BackendReport& b, const std::string& format, const reports::DriftStats& d,
+                     const Budget& budget, std::uint64_t seed, std::vector<std::string>& out) {
+  for (const auto& [verdict, n] : d.failures) {
+    if (std::find(budget.allowed_verdicts.begin(), budget.allowed_verdicts.end(), verdict) !=
+        budget.allowed_verdicts.end())
+      continue;
+    out.push_back(fmt::format("{}: verdict {} in {} of {} cases, first case {}\n    {}", format, verdict,
+                              n.cases, d.cases, n.first_case, replay(b, seed, n.first_case)));
+  }
+  if (!(d.worst_ratio <= budget.max_ratio))
+    out.push_back(fmt::format("{}: worst error {} x tolerance > max_ratio {} (case {})\n    {}", format,
+                              ratio_text(d.worst_ratio), budget.max_ratio, d.worst_case,
+                              replay(b, seed, d.worst_case)));
+  if (d.max_share_beyond > budget.max_share_beyond)
+    out.push_back(
+        fmt::format("{}: {:.3g}% of one case's elements beyond tolerance > max_share_beyond {:.3g}%", format,
+                    100 * d.max_share_beyond, 100 * budget.max_share_beyond));
+}
+
+struct Tally {
+  std::int64_t run = 0, unsupported = 0, failed = 0;
+};
+
+// One entry's run on every backend of its op; the reference is computed once.
+void run_entry(const CorpusEntry& e, const std::vector<GateBackend>& backends, std::vector<GateCheck>& checks,
+               std::vector<Tally>& tally, std::mutex& mu) {
+  std::optional<PreparedCase> prepared;
+  for (std::size_t i = 0; i < backends.size(); ++i) {
+    const Backend& b = *backends[i].backend;
+    std::string why;
+    if (b.op() != e.bundle.spec.op || !b.available(&why)) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool supported = b.supports(e.bundle.pristine).ok;
+    if (supported && !prepared) prepared = prepare(e.bundle.pristine.clone());
+    const Evaluation ev = supported ? evaluate(b, *prepared) : Evaluation{};
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard lock(mu);
+    checks[i].seconds += s;
+    if (!supported || ev.verdict == Verdict::kUnsupported) {
+      ++tally[i].unsupported;
+      continue;
+    }
+    ++tally[i].run;
+    if (!is_failure(ev.verdict)) continue;
+    ++tally[i].failed;
+    checks[i].status = CheckStatus::kFailed;
+    checks[i].details +=
+        fmt::format("{} (found on {} as {}): {} {}x tolerance: {}\n    driftcheck replay {} --backend {}\n",
+                    e.id, e.origin_backend, e.origin_verdict, verdict_name(ev.verdict),
+                    ratio_text(ev.worst_ratio), ev.detail, e.dir.string(), b.name());
+  }
+}
+
+}  // namespace
+
+std::vector<GateCheck> corpus_checks(const std::vector<CorpusEntry>& corpus,
+                                     const std::vector<GateBackend>& backends, int jobs) {
+  std::vector<GateCheck> checks;
+  for (const auto& b : backends)
+    checks.push_back(
+        new_check(std::string(b.backend->name()), std::string(op_name(b.backend->op())), "corpus"));
+  std::vector<Tally> tally(backends.size());
+  std::mutex mu;
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::string internal;
+  const auto work = [&] {
+    for (std::size_t i = next++; i < corpus.size() && !failed; i = next++) {
+      try {
+        run_entry(corpus[i], backends, checks, tally, mu);
+      } catch (const std::exception& e) {
+        std::lock_guard lock(mu);
+        internal = fmt::format("corpus entry {}: {}", corpus[i].dir.string(), e.what());
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < std::max(jobs, 1); ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  if (failed) throw std::runtime_error(internal);
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const auto of_op = std::count_if(corpus.begin(), corpus.end(), [&](const auto& e) {
+      return e.bundle.spec.op == backends[i].backend->op();
+    });
+    GateCheck& c = checks[i];
+    const Tally& t = tally[i];
+    c.properties = {{"entries", std::to_string(of_op)},
+                    {"run", std::to_string(t.run)},
+                    {"unsupported", std::to_string(t.unsupported)},
+                    {"failed", std::to_string(t.failed)}};
+    if (c.status == CheckStatus::kFailed)
+      c.message = fmt::format("{} of {} corpus cases fail again", t.failed, t.run);
+    else if (t.run == 0)
+      c.status = CheckStatus::kSkipped,
+      c.message = of_op == 0 ? fmt::format("the corpus has no {} case", c.op)
+                             : fmt::format("supports none of the {} {} corpus cases", of_op, c.op);
+    else
+      c.message = fmt::format("{} corpus cases pass", t.run);
+  }
+  return checks;
+}
+
+GateCheck budget_check(const GateBackend& b, const reports::BackendReport& campaign, const Budget& budget,
+                       std::uint64_t seed) {
+  GateCheck c = new_check(campaign.name, campaign.op, "budget");
+  c.seconds = campaign.check_seconds;
+  drift_properties(campaign, c);
+  c.properties.emplace_back("budget", budget.pattern);
+  if (b.held_to != campaign.name) c.properties.emplace_back("held_to", b.held_to);
+  std::vector<std::string> problems;
+  if (!campaign.error.empty()) problems.push_back(campaign.error);
+  for (const auto& [format, d] : campaign.drift) budget_problems(campaign, format, d, budget, seed, problems);
+  if (problems.empty()) {
+    c.message = fmt::format("within budget '{}' over {} cases", budget.pattern, campaign.cases_run);
+    return c;
+  }
+  c.status = CheckStatus::kFailed;
+  c.message = problems.size() == 1
+                  ? problems.front().substr(0, problems.front().find('\n'))
+                  : fmt::format("{} (and {} more)", problems.front().substr(0, problems.front().find('\n')),
+                                problems.size() - 1);
+  for (const auto& p : problems) c.details += p + "\n";
+  return c;
+}
+
+GateCheck baseline_check(const GateBackend& b, const std::vector<reports::BaselineChange>& changes,
+                         const reports::BackendReport& campaign, bool in_baseline, std::uint64_t seed) {
+  GateCheck c = new_check(campaign.name, campaign.op, "baseline");
+  if (b.held_to != campaign.name) c.properties.emplace_back("held_to", b.held_to);
+  if (!in_baseline) {
+    c.message = fmt::format("no baseline entry for {} yet: driftcheck baseline update adds it", b.held_to);
+    c.properties.emplace_back("new", "true");
+    return c;
+  }
+  std::size_t worse = 0, better = 0;
+  double worst = 0;
+  for (const auto& ch : changes) {
+    worst = std::max(worst, ch.severity);
+    if (ch.severity < 0) ++better;
+    if (ch.severity <= 1) continue;
+    ++worse;
+    const auto it = campaign.drift.find(ch.format);
+    std::uint64_t index = it == campaign.drift.end() ? 0 : it->second.worst_case;
+    if (ch.metric.starts_with("verdict:") && it != campaign.drift.end()) {
+      const auto v = it->second.failures.find(ch.metric.substr(8));
+      if (v != it->second.failures.end()) index = v->second.first_case;
+    }
+    c.details += fmt::format("{} {}: {} -> {} ({} margins worse)\n", ch.format, ch.metric,
+                             ratio_text(ch.baseline), ratio_text(ch.now), ratio_text(ch.severity));
+    if (it != campaign.drift.end()) c.details += fmt::format("    {}\n", replay(campaign, seed, index));
+  }
+  c.properties.emplace_back("changes", std::to_string(changes.size()));
+  c.properties.emplace_back("worse", std::to_string(worse));
+  c.properties.emplace_back("better", std::to_string(better));
+  c.properties.emplace_back("max_severity", fmt::format("{:.6g}", worst));
+  if (worse == 0) {
+    c.message = changes.empty() ? "equal to the baseline"
+                                : fmt::format("{} statistics moved, none beyond the margin ({} better)",
+                                              changes.size(), better);
+    return c;
+  }
+  c.status = CheckStatus::kFailed;
+  c.message = fmt::format("{} statistics measurably worse than the baseline, worst: {}", worse,
+                          c.details.substr(0, c.details.find('\n')));
+  return c;
+}
+
+std::vector<BaselineEntry> entries_of(const reports::BackendReport& campaign, const std::string& held_to) {
+  std::vector<BaselineEntry> out;
+  for (const auto& [format, d] : campaign.drift) {
+    BaselineEntry e = baseline_entry({held_to, campaign.op, format, d});
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace driftcheck::fuzz

@@ -1,0 +1,44 @@
+// The checks of a gate run, one per backend x op: corpus (every regression case), budget (the campaign's
+// drift statistics against the config's budget) and baseline (against the checked-in statistics). Internal to
+// the gate.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "driftcheck/device/backend.hpp"
+#include "driftcheck/fuzz/corpus.hpp"
+#include "driftcheck/fuzz/gate_baseline.hpp"
+#include "driftcheck/fuzz/gate_config.hpp"
+#include "driftcheck/reports/gate_report.hpp"
+#include "driftcheck/reports/report.hpp"
+
+namespace driftcheck::fuzz {
+
+// A backend the gate judges, and the backend whose budget and baseline it is held to: itself, or for a mutant
+// (--mutants) the correct backend it breaks.
+struct GateBackend {
+  const Backend* backend = nullptr;
+  std::string held_to;
+};
+
+// Runs every corpus entry on every gate backend of its op (`jobs` threads over entries; each entry's
+// reference is computed once). One check per backend.
+std::vector<reports::GateCheck> corpus_checks(const std::vector<CorpusEntry>& corpus,
+                                              const std::vector<GateBackend>& backends, int jobs);
+
+// The budget check of one backend from its campaign report (its drift statistics per format).
+reports::GateCheck budget_check(const GateBackend& b, const reports::BackendReport& campaign,
+                                const Budget& budget, std::uint64_t seed);
+
+// The baseline check of one backend: `changes` are its statistics' changes against the baseline (backend
+// named as run), `stats` its campaign statistics (for replay commands).
+reports::GateCheck baseline_check(const GateBackend& b, const std::vector<reports::BaselineChange>& changes,
+                                  const reports::BackendReport& campaign, bool in_baseline,
+                                  std::uint64_t seed);
+
+// Drift statistics per format of a backend, as baseline entries held to `held_to`'s name.
+std::vector<BaselineEntry> entries_of(const reports::BackendReport& campaign, const std::string& held_to);
+
+}  // namespace driftcheck::fuzz
