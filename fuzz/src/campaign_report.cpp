@@ -89,7 +89,7 @@ reports::Report build_report(const ReportInputs& in) {
 
 void print_summary(const CampaignOptions& opts, const reports::Report& r) {
   // JSON progress is for machines, which read report.json rather than a table on stderr.
-  if (opts.log == nullptr || opts.progress.mode == ProgressMode::kJson) return;
+  if (opts.log == nullptr || !opts.summary || opts.progress.mode == ProgressMode::kJson) return;
   std::ostream& o = *opts.log;
   o << fmt::format("\n{:<44} {:>8} {:>8} {:>8} {:>8} {:>10}\n", "backend", "run", "passed", "unsupp",
                    "failed", "worst");

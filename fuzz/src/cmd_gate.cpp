@@ -22,8 +22,11 @@ Command add_gate_command(CLI::App& app, const CliContext& ctx, BackendArgs& back
   cmd->add_flag(
       "--mutants", o->mutants,
       "hold every selected backend's mutants to its budget and baseline: the gate's detection power");
-  return {cmd, [o, &ctx] {
-            o->command_line = ctx.command_line, o->log = &ctx.err, o->interrupt = ctx.interrupt;
+  auto progress = std::make_shared<ProgressArgs>();
+  add_progress_options(*cmd, *progress);
+  return {cmd, [o, progress, &ctx] {
+            o->command_line = ctx.command_line, o->interrupt = ctx.interrupt;
+            o->log = progress->quiet ? nullptr : &ctx.err, o->progress = progress->style(ctx.err_is_tty);
             ctx.catch_interrupts();
             const GateResult r = run_gate(*o);
             ctx.out << reports::to_markdown(r.report);

@@ -74,6 +74,10 @@ CorpusAdd corpus_add(const fs::path& corpus, const fs::path& bundle) {
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   for (const char* f : kBundleFiles) fs::copy_file(bundle / f, tmp / f);
+  // finding.json is provenance (not part of the address): its replay command now names the entry itself.
+  auto finding = nlohmann::json::parse(slurp(tmp / "finding.json"));
+  finding["replay"] = fmt::format("driftcheck replay {}", dest.string());
+  reports::write_file_atomic(tmp / "finding.json", finding.dump(2) + "\n");
   fs::rename(tmp, dest);
   r.added = true;
   return r;

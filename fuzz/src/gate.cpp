@@ -98,6 +98,7 @@ CampaignResult run_campaign_phase(const Plan& p, const GateOptions& o) {
   c.shrink_seconds = 0;
   c.out_dir = o.out_dir / "campaign";
   c.command_line = o.command_line;
+  c.log = o.log, c.progress = o.progress, c.summary = false;
   c.gen.large_shapes = p.config.large_shapes;
   c.formats = p.config.formats;
   c.interrupt = o.interrupt;
@@ -130,6 +131,15 @@ void stale_entries(const Baseline& base, const Plan& p, GateReport& r) {
   }
 }
 
+// Without a usable baseline (none yet, or another stream's) the baseline check of each backend is skipped:
+// the gate errors say why.
+reports::GateCheck skipped_baseline_check(const reports::BackendReport& row) {
+  reports::GateCheck c;
+  c.backend = row.name, c.op = row.op, c.check = "baseline";
+  c.status = CheckStatus::kSkipped, c.message = "no usable baseline";
+  return c;
+}
+
 // Budget and baseline checks of every backend, the summary rows and the changes table.
 void judge_campaign(const Plan& p, const reports::Report& campaign, const Baseline* base, GateReport& r) {
   for (const auto& b : p.backends) {
@@ -137,7 +147,10 @@ void judge_campaign(const Plan& p, const reports::Report& campaign, const Baseli
     if (row == nullptr) continue;
     r.checks.push_back(budget_check(b, *row, p.config.budget_for(b.held_to), p.config.seed));
     for (const auto& [format, d] : row->drift) r.stats.push_back({row->name, row->op, format, d});
-    if (base == nullptr) continue;
+    if (base == nullptr) {
+      r.checks.push_back(skipped_baseline_check(*row));
+      continue;
+    }
     Baseline own{base->stream, {}, {}};
     for (const auto& e : base->entries)
       if (e.backend == b.held_to) own.entries.push_back(e);
@@ -254,9 +267,13 @@ GateResult run_gate(const GateOptions& o) {
 
   auto t = Clock::now();
   if (plan.config.corpus) {
-    for (auto& c : corpus_checks(corpus, plan.backends,
-                                 o.jobs > 0 ? o.jobs : static_cast<int>(std::thread::hardware_concurrency())))
-      r.checks.push_back(std::move(c));
+    Progress progress(o.log, o.progress, "gate corpus", "cases",
+                      {static_cast<double>(corpus.size()), std::nullopt});
+    const int jobs =
+        o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const auto tick = [&](std::size_t done) { progress.update(static_cast<double>(done)); };
+    for (auto& c : corpus_checks(corpus, plan.backends, jobs, tick)) r.checks.push_back(std::move(c));
+    progress.finish(static_cast<double>(corpus.size()));
     r.corpus_cases = static_cast<std::int64_t>(corpus.size());
     r.corpus_seconds = seconds_since(t);
     say(o.log, fmt::format("corpus: {} cases in {:.1f} s", corpus.size(), r.corpus_seconds));

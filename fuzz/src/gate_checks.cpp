@@ -117,7 +117,8 @@ void run_entry(const CorpusEntry& e, const std::vector<GateBackend>& backends, s
 }  // namespace
 
 std::vector<GateCheck> corpus_checks(const std::vector<CorpusEntry>& corpus,
-                                     const std::vector<GateBackend>& backends, int jobs) {
+                                     const std::vector<GateBackend>& backends, int jobs,
+                                     const std::function<void(std::size_t done)>& progress) {
   std::vector<GateCheck> checks;
   for (const auto& b : backends)
     checks.push_back(
@@ -126,11 +127,13 @@ std::vector<GateCheck> corpus_checks(const std::vector<CorpusEntry>& corpus,
   std::mutex mu;
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
+  std::atomic<std::size_t> done{0};
   std::string internal;
   const auto work = [&] {
     for (std::size_t i = next++; i < corpus.size() && !failed; i = next++) {
       try {
         run_entry(corpus[i], backends, checks, tally, mu);
+        progress(++done);
       } catch (const std::exception& e) {
         std::lock_guard lock(mu);
         internal = fmt::format("corpus entry {}: {}", corpus[i].dir.string(), e.what());

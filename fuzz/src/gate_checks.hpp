@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,8 @@ struct GateBackend {
 // Runs every corpus entry on every gate backend of its op (`jobs` threads over entries; each entry's
 // reference is computed once). One check per backend.
 std::vector<reports::GateCheck> corpus_checks(const std::vector<CorpusEntry>& corpus,
-                                              const std::vector<GateBackend>& backends, int jobs);
+                                              const std::vector<GateBackend>& backends, int jobs,
+                                              const std::function<void(std::size_t done)>& progress);
 
 // The budget check of one backend from its campaign report (its drift statistics per format).
 reports::GateCheck budget_check(const GateBackend& b, const reports::BackendReport& campaign,

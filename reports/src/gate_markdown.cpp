@@ -68,8 +68,9 @@ void failed_checks(const GateReport& r, std::string& md) {
 
 void changes(const GateReport& r, std::string& md) {
   md += "### Changes since the baseline (worst first)\n\n";
-  const bool compared =
-      std::any_of(r.checks.begin(), r.checks.end(), [](const auto& c) { return c.check == "baseline"; });
+  const bool compared = std::any_of(r.checks.begin(), r.checks.end(), [](const auto& c) {
+    return c.check == "baseline" && c.status != CheckStatus::kSkipped;
+  });
   if (!compared) {
     md += "Not compared: no usable baseline (see above).\n\n";
     return;

@@ -52,6 +52,7 @@ struct CampaignOptions {
   std::string command_line;              // recorded in the report
   std::ostream* log = nullptr;           // progress and summary (nullptr: silent)
   ProgressStyle progress;                // how progress is shown on `log` (progress.hpp)
+  bool summary = true;  // print the summary table on `log` at the end (the gate prints its own)
   GenOptions gen;
   // Only cases whose storage formats are all listed are judged (empty: every case); the others are drawn and
   // skipped, so case k stays case k of the stream and replays alone.

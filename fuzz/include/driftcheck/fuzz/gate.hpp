@@ -13,6 +13,7 @@
 #include <string>
 
 #include "driftcheck/fuzz/gate_config.hpp"
+#include "driftcheck/fuzz/progress.hpp"
 #include "driftcheck/reports/gate_report.hpp"
 
 namespace driftcheck::fuzz {
@@ -28,7 +29,8 @@ struct GateOptions {
   bool mutants = false;
   int jobs = 0;  // campaign threads; 0: one per hardware thread (never changes a verdict)
   std::string command_line;
-  std::ostream* log = nullptr;  // phase lines (nullptr: silent)
+  std::ostream* log = nullptr;  // phase lines and progress (nullptr: silent)
+  ProgressStyle progress;
   const std::atomic<bool>* interrupt = nullptr;
 };
 

@@ -1,0 +1,320 @@
+// `driftcheck gate`, `baseline update` and `corpus add` as a CI job runs them: exit codes, one-line errors
+// for bad input, the JUnit file read back by an independent reader (Debian's python3-junitparser), the
+// Markdown summary appended to $GITHUB_STEP_SUMMARY, the ratchet end to end, the replay command in a failure,
+// determinism across thread counts, and the project's own corpus (a correct backend passes every entry, a
+// mutant fails its own).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "driftcheck/device/backend.hpp"
+#include "driftcheck/fuzz/corpus.hpp"
+#include "driftcheck/fuzz/oracle.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Outcome {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void spit(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+struct Scratch {
+  fs::path dir = fs::temp_directory_path() / ("driftcheck_gate_cli_test_" + std::to_string(::getpid()));
+  Scratch() { fs::create_directories(dir); }
+  ~Scratch() { fs::remove_all(dir); }
+};
+
+fs::path scratch() {
+  static const Scratch s;
+  return s.dir;
+}
+
+Outcome run(const std::string& cmd) {
+  const auto out = scratch() / "stdout", err = scratch() / "stderr";
+  const int status = std::system((cmd + " >" + out.string() + " 2>" + err.string()).c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+Outcome driftcheck(const std::string& args) {
+  return run(std::string(DRIFTCHECK_BIN) + " " + args + " --quiet");
+}
+
+Outcome driftcheck_plain(const std::string& args) {  // commands without progress options
+  return run(std::string(DRIFTCHECK_BIN) + " " + args);
+}
+
+json junit(const fs::path& file) {
+  const Outcome r = run(std::string(DRIFTCHECK_PYTHON) + " " + DRIFTCHECK_TESTS_DIR +
+                        "/python/junit_summary.py " + file.string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  return json::parse(r.out);
+}
+
+// A small gate: two cheap ops, a few hundred cases.
+std::string config(const std::string& extra_gate = "", const std::string& rest = "") {
+  return "format_version = 1\n[gate]\nops = [\"rmsnorm\", \"concat\"]\nbackends = [\"cpu.rmsnorm.cuda\", "
+         "\"cpu.concat.copy\"]\nseed = 5\ncases = 120\nbaseline = \"baseline.json\"\n" +
+         extra_gate + "\n" + rest;
+}
+
+void expect_bad(const std::string& args, const std::string& kind, const std::string& mentions) {
+  const Outcome r = driftcheck_plain(args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  EXPECT_NE(r.err.find("driftcheck: " + kind), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(mentions), std::string::npos) << args << ": " << r.err;
+}
+
+TEST(GateCli, BadInputIsExitTwoWithOneLineNamingTheFile) {
+  const fs::path d = scratch() / "bad";
+  const std::string out = " --quiet --out " + (d / "out").string();
+  spit(d / "syntax.toml", "format_version = 1\n[gate\n");
+  expect_bad("gate --config " + (d / "syntax.toml").string() + out, "bad config", "syntax.toml:2:");
+  expect_bad("gate --config " + (d / "missing.toml").string() + out, "bad config",
+             "missing.toml: cannot read");
+  spit(d / "unknown.toml", config("", "[budgets.\"cpu.nosuch*\"]\nmax_ratio = 0.5\n"));
+  expect_bad("gate --config " + (d / "unknown.toml").string() + out, "bad config",
+             "budgets.\"cpu.nosuch*\" matches no backend");
+  spit(d / "glob.toml", config().replace(config().find("cpu.concat.copy"), 15, "gpu.nosuch"));
+  expect_bad("gate --config " + (d / "glob.toml").string() + out, "bad config",
+             "unknown backend 'gpu.nosuch'");
+  spit(d / "budget.toml", config("", "[budgets.default]\nmax_share_beyond = 0.5\n"));
+  expect_bad("gate --config " + (d / "budget.toml").string() + out, "bad config", "beyond_tolerance");
+  spit(d / "baseline.json", R"({"format": "driftcheck.baseline", "format_version": 7})");
+  spit(d / "good.toml", config());
+  expect_bad("gate --config " + (d / "good.toml").string() + out, "bad baseline", "format version 7");
+  fs::remove(d / "baseline.json");
+  spit(d / "corpus/CORPUS.json", R"({"format": "driftcheck.corpus", "format_version": 0})");
+  spit(d / "corpus.toml", config("corpus = \"corpus\""));
+  expect_bad("gate --config " + (d / "corpus.toml").string() + out, "bad corpus", "format version 0");
+  const std::string run_dir = " --out " + (d / "out").string();
+  expect_bad("baseline update --config " + (d / "good.toml").string() + run_dir + " --allow-loosen", "error",
+             "--allow-loosen needs --reason");
+  expect_bad("baseline update --config " + (d / "good.toml").string() + run_dir, "error", "no gate run in");
+  expect_bad("corpus add " + (d / "nobundle").string() + " --corpus " + (d / "c2").string(), "bad bundle",
+             "not a bundle directory");
+}
+
+TEST(GateCli, RatchetEndToEndWithJUnitAndSummaries) {
+  const fs::path d = scratch() / "ratchet";
+  spit(d / "gate.toml", config());
+  const std::string gate = "gate --config " + (d / "gate.toml").string() + " --out " + (d / "out").string() +
+                           " --junit " + (d / "junit.xml").string() + " --summary " +
+                           (d / "summary.md").string();
+  // No baseline yet: the gate runs everything, says how to create one, and fails.
+  Outcome r = driftcheck(gate);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.out.find("baseline update --config"), std::string::npos) << r.out;
+  r = driftcheck_plain("baseline update --config " + (d / "gate.toml").string() + " --out " +
+                       (d / "out").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json created = json::parse(slurp(d / "baseline.json"));
+  EXPECT_EQ(created["history"][0]["action"], "create");
+
+  const fs::path step_summary = d / "step_summary.md";
+  spit(step_summary, "earlier step\n");
+  r = run("GITHUB_STEP_SUMMARY=" + step_summary.string() + " " + DRIFTCHECK_BIN + " " + gate + " --quiet");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(slurp(step_summary).starts_with("earlier step\n## driftcheck gate: passed"))
+      << slurp(step_summary);
+  EXPECT_EQ(slurp(d / "summary.md"), slurp(d / "out/summary.md"));
+  EXPECT_NE(slurp(d / "summary.md").find("| cpu.rmsnorm.cuda | rmsnorm |"), std::string::npos);
+
+  // One testcase per backend x op x check, metrics as properties, read by junitparser.
+  json j = junit(d / "junit.xml");
+  EXPECT_EQ(j["tests"], 4);
+  EXPECT_EQ(j["failures"], 0);
+  std::set<std::string> names;
+  for (const auto& c : j["cases"]) {
+    names.insert(c["classname"].get<std::string>() + " " + c["name"].get<std::string>());
+    EXPECT_EQ(c["result"], "passed") << c.dump();
+  }
+  EXPECT_EQ(names,
+            (std::set<std::string>{"cpu.rmsnorm.cuda rmsnorm budget", "cpu.rmsnorm.cuda rmsnorm baseline",
+                                   "cpu.concat.copy concat budget", "cpu.concat.copy concat baseline"}));
+  const auto budget = std::find_if(j["cases"].begin(), j["cases"].end(),
+                                   [](const auto& c) { return c["name"] == "rmsnorm budget"; });
+  ASSERT_NE(budget, j["cases"].end());
+  EXPECT_GT(std::stoi((*budget)["properties"]["cases"].get<std::string>()), 0);
+  EXPECT_TRUE((*budget)["properties"].contains("p99_ratio"));
+  EXPECT_TRUE((*budget)["properties"].contains("mean_signed_ulps"));
+
+  // A baseline tighter than what the kernel does: the run is measurably worse, with the case to replay.
+  json tight = json::parse(slurp(d / "baseline.json"));
+  for (auto& e : tight["entries"])
+    if (e["backend"] == "cpu.rmsnorm.cuda") e["p99_ratio"] = e["p99_ratio"].get<double>() / 2;
+  spit(d / "baseline.json", tight.dump(2));
+  r = driftcheck(gate);
+  EXPECT_EQ(r.code, 1) << r.err;
+  j = junit(d / "junit.xml");
+  EXPECT_EQ(j["failures"], 1);
+  std::string replay;
+  for (const auto& c : j["cases"]) {
+    if (c["result"] != "failure") continue;
+    EXPECT_EQ(c["name"], "rmsnorm baseline");
+    EXPECT_NE(c["message"].get<std::string>().find("measurably worse"), std::string::npos) << c.dump();
+    const std::string text = c["text"];
+    const auto at = text.find("driftcheck replay --seed 5 --case ");
+    ASSERT_NE(at, std::string::npos) << text;
+    replay = text.substr(at + 11, text.find('\n', at) - at - 11);
+  }
+  EXPECT_NE(slurp(d / "summary.md").find("**worse**"), std::string::npos);
+  EXPECT_EQ(driftcheck_plain(replay).code, 0) << replay;  // the case itself passes the oracle
+
+  // Loosening back needs a reason, which stays in the file with the date.
+  r = driftcheck_plain("baseline update --config " + (d / "gate.toml").string() + " --out " +
+                       (d / "out").string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("refused"), std::string::npos) << r.err;
+  r = run("SOURCE_DATE_EPOCH=1767225600 " + std::string(DRIFTCHECK_BIN) + " baseline update --config " +
+          (d / "gate.toml").string() + " --out " + (d / "out").string() +
+          " --allow-loosen --reason 'test: loosen'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  const json loosened = json::parse(slurp(d / "baseline.json"));
+  const auto& h = loosened["history"];
+  const auto event = std::find_if(h.begin(), h.end(), [](const auto& e) { return e["action"] == "loosen"; });
+  ASSERT_NE(event, h.end()) << loosened.dump(2);
+  EXPECT_EQ((*event)["reason"], "test: loosen");
+  EXPECT_EQ((*event)["date"], "2026-01-01T00:00:00Z");
+  EXPECT_EQ(driftcheck(gate).code, 0);
+
+  // The run's config must be the config the baseline belongs to.
+  spit(d / "gate.toml", config() + "# edited\n");
+  r = driftcheck_plain("baseline update --config " + (d / "gate.toml").string() + " --out " +
+                       (d / "out").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("SHA-256 differs"), std::string::npos) << r.err;
+}
+
+TEST(GateCli, BudgetFailureNamesTheCaseToReplayAndStatisticsDoNotDependOnThreads) {
+  const fs::path d = scratch() / "budget";
+  spit(d / "gate.toml", config("", "[budgets.\"cpu.rmsnorm.cuda\"]\nmax_ratio = 0.25\n"));
+  const std::string gate = "gate --config " + (d / "gate.toml").string();
+  Outcome r = driftcheck(gate + " --jobs 1 --out " + (d / "one").string());
+  EXPECT_EQ(r.code, 1) << r.err;
+  const json j = junit(d / "one/junit.xml");
+  bool seen = false;
+  for (const auto& c : j["cases"]) {
+    if (c["name"] != "rmsnorm budget") continue;
+    seen = true;
+    EXPECT_EQ(c["result"], "failure");
+    EXPECT_NE(c["message"].get<std::string>().find("> max_ratio 0.25"), std::string::npos) << c.dump();
+    EXPECT_NE(c["text"].get<std::string>().find("driftcheck replay --seed 5 --case "), std::string::npos);
+  }
+  EXPECT_TRUE(seen);
+  r = driftcheck(gate + " --jobs 2 --out " + (d / "two").string());
+  EXPECT_EQ(r.code, 1);
+  const json one = json::parse(slurp(d / "one/gate.json")), two = json::parse(slurp(d / "two/gate.json"));
+  EXPECT_EQ(one["stats"], two["stats"]);
+  EXPECT_FALSE(one["stats"].empty());
+}
+
+TEST(GateCli, CorpusIsContentAddressedAndTheGateReRunsIt) {
+  const fs::path d = scratch() / "corpus";
+  // A mutant campaign's shrunk findings seed a corpus.
+  Outcome r =
+      driftcheck("fuzz --backend mutant.concat.halves_swapped --cases 8 --shrink-seconds 20 --jobs 1 --out " +
+                 (d / "campaign").string() + " --corpus " + (d / "corpus").string());
+  EXPECT_EQ(r.code, 1) << r.err;
+  ASSERT_TRUE(fs::exists(d / "corpus/CORPUS.json")) << r.err;
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(d / "corpus"))
+    if (e.is_directory()) entries.push_back(e.path());
+  ASSERT_FALSE(entries.empty());
+  // Adding an entry again keeps one copy.
+  r = driftcheck_plain("corpus add " + entries[0].string() + " --corpus " + (d / "corpus").string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.out.starts_with("present ")) << r.out;
+  // The correct backend passes every entry; the mutant fails its own.
+  spit(d / "gate.toml",
+       config("corpus = \"corpus\"").replace(config().find("cases = 120"), 11, "cases = 40"));
+  const std::string gate = "gate --config " + (d / "gate.toml").string() + " --out " + (d / "out").string();
+  r = driftcheck(gate);
+  EXPECT_EQ(r.code, 1);  // no baseline yet
+  const json j = junit(d / "out/junit.xml");
+  for (const auto& c : j["cases"]) {
+    if (c["name"] == "concat corpus") {
+      EXPECT_EQ(c["result"], "passed") << c.dump();
+    }
+  }
+  EXPECT_EQ(driftcheck_plain("baseline update --config " + (d / "gate.toml").string() + " --out " +
+                             (d / "out").string())
+                .code,
+            0);
+  r = driftcheck(gate + " --mutants");
+  const json mutants = json::parse(slurp(d / "out/gate.json"));
+  for (const auto& m : mutants["mutant_detection"]) {
+    if (m["mutant"] != "mutant.concat.halves_swapped") continue;
+    const auto& by = m["caught_by"];
+    EXPECT_NE(std::find(by.begin(), by.end(), "corpus"), by.end()) << m.dump();
+  }
+  // An edited entry no longer matches its address: exit 2, naming it.
+  {
+    std::fstream f(entries[0] / "tensors.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x5a');
+  }
+  r = driftcheck(gate);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("does not match its address"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(entries[0].filename().string()), std::string::npos) << r.err;
+}
+
+// The project's own corpus (.ci/gate/corpus): every correct backend of an entry's op passes it (or does not
+// support it), and the mutant an entry came from fails it.
+TEST(ProjectCorpus, CorrectBackendsPassEveryEntryAndEachMutantFailsItsOwn) {
+  const auto corpus = load_corpus(fs::path(DRIFTCHECK_SOURCE_DIR) / ".ci/gate/corpus");
+  ASSERT_GE(corpus.size(), 19u);
+  std::set<std::string> mutants_with_entries;
+  for (const auto& e : corpus) {
+    const PreparedCase prepared = prepare(e.bundle.pristine.clone());
+    for (const auto& b : registry().all()) {
+      std::string why;
+      if (b->op() != e.bundle.spec.op || !b->available(&why) || !b->supports(e.bundle.pristine).ok) continue;
+      const bool own = b->name() == e.origin_backend;
+      if (b->kind() == BackendKind::kMutant && !own) continue;
+      const Evaluation ev = evaluate(*b, prepared);
+      if (own) {
+        EXPECT_EQ(verdict_name(ev.verdict), e.origin_verdict) << e.id << " on " << b->name();
+        mutants_with_entries.insert(e.origin_backend);
+      } else if (ev.verdict != Verdict::kUnsupported) {
+        EXPECT_EQ(ev.verdict, Verdict::kPass) << e.id << " on " << b->name() << ": " << ev.detail;
+      }
+    }
+  }
+  // Every mutant has at least one entry of its own.
+  for (const auto& b : registry().all()) {
+    if (b->kind() != BackendKind::kMutant) continue;
+    EXPECT_TRUE(mutants_with_entries.count(std::string(b->name()))) << b->name();
+  }
+}
+
+}  // namespace
+}  // namespace driftcheck::fuzz
