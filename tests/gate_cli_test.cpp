@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,6 +22,7 @@
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/fuzz/corpus.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
+#include "driftcheck/fuzz/sha256.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -285,6 +288,56 @@ TEST(GateCli, CorpusIsContentAddressedAndTheGateReRunsIt) {
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("does not match its address"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(entries[0].filename().string()), std::string::npos) << r.err;
+}
+
+// Golden files: a tensor whose bytes no longer match its SHA-256 is bad input (exit 2, naming file and
+// tensor); a reference that moved (stored bytes and checksum both changed) is a failure that says where and
+// by how much.
+TEST(GoldenCli, ShaMismatchIsBadInputAndAMovedReferenceSaysExactlyHowItMoved) {
+  const fs::path d = scratch() / "golden";
+  fs::create_directories(d);
+  const fs::path src = fs::path(DRIFTCHECK_SOURCE_DIR) / "golden";
+  for (const char* f : {"dual_h4096_bf16.json", "dual_h4096_bf16.safetensors"}) fs::copy_file(src / f, d / f);
+  Outcome r = driftcheck_plain("golden verify --dir " + d.string() + " --backend cpu.dual.fused");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("reference dual_h4096_bf16: bit-identical"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dual_h4096_bf16 on cpu.dual.fused: PASS"), std::string::npos) << r.out;
+
+  // Rewrite the last reference element (the file lays fp64 tensors out first, ref.out among them) with a
+  // neighbouring double, then make the metadata agree with the new bytes: only the reference check can
+  // notice.
+  std::string bytes = slurp(d / "dual_h4096_bf16.safetensors");
+  std::uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  const json h = json::parse(bytes.substr(8, header));
+  const auto offsets = h["ref.out"]["data_offsets"];
+  const std::size_t last = 8 + header + offsets[1].get<std::size_t>() - 8;
+  double v = 0;
+  std::memcpy(&v, bytes.data() + last, 8);
+  v = std::nextafter(v, INFINITY);
+  std::memcpy(bytes.data() + last, &v, 8);
+  spit(d / "dual_h4096_bf16.safetensors", bytes);
+  r = driftcheck_plain("golden verify --dir " + d.string() + " --backend cpu.dual.fused");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("driftcheck: bad golden: " + (d / "dual_h4096_bf16.safetensors").string() +
+                       ": tensor ref.out: SHA-256"),
+            std::string::npos)
+      << r.err;
+  json meta = json::parse(slurp(d / "dual_h4096_bf16.json"));
+  const std::string data(bytes.data() + 8 + header + offsets[0].get<std::size_t>(),
+                         offsets[1].get<std::size_t>() - offsets[0].get<std::size_t>());
+  meta["tensors"]["ref.out"]["sha256"] = sha256_hex(data);
+  spit(d / "dual_h4096_bf16.json", meta.dump(2));
+  r = driftcheck_plain("golden verify --dir " + d.string() + " --backend cpu.dual.fused");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("reference dual_h4096_bf16: MOVED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("out: 1 of 32768 elements differ; first at [3, 8191]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(1 ulps of fp64)"), std::string::npos) << r.out;
+  meta["format_version"] = 2;
+  spit(d / "dual_h4096_bf16.json", meta.dump(2));
+  r = driftcheck_plain("golden verify --dir " + d.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("format version 2 (this driftcheck reads 1)"), std::string::npos) << r.err;
 }
 
 // The project's own corpus (.ci/gate/corpus): every correct backend of an entry's op passes it (or does not

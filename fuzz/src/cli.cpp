@@ -219,7 +219,8 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
   const Command worker = add_worker_command(app, ctx);
   const Command commands[] = {add_accept_command(app, ctx),   add_export_command(app, ctx),
                               add_check_command(app, ctx),    add_gate_command(app, ctx, backend_args),
-                              add_baseline_command(app, ctx), add_corpus_command(app, ctx)};
+                              add_baseline_command(app, ctx), add_corpus_command(app, ctx),
+                              add_golden_command(app, ctx, backend_args)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -24,6 +24,7 @@ Command add_gate_command(CLI::App& app, const CliContext& ctx, BackendArgs& back
       "hold every selected backend's mutants to its budget and baseline: the gate's detection power");
   auto progress = std::make_shared<ProgressArgs>();
   add_progress_options(*cmd, *progress);
+  add_backend_options(*cmd, backends, true);
   return {cmd, [o, progress, &ctx] {
             o->command_line = ctx.command_line, o->interrupt = ctx.interrupt;
             o->log = progress->quiet ? nullptr : &ctx.err, o->progress = progress->style(ctx.err_is_tty);

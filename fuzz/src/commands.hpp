@@ -63,5 +63,7 @@ Command add_check_command(CLI::App& app, const CliContext& ctx);   // check (cmd
 Command add_gate_command(CLI::App& app, const CliContext& ctx, BackendArgs& backends);
 Command add_baseline_command(CLI::App& app, const CliContext& ctx);  // baseline update (cmd_gate.cpp)
 Command add_corpus_command(CLI::App& app, const CliContext& ctx);    // corpus add (cmd_corpus.cpp)
+// golden verify / update (cmd_golden.cpp): verify takes --backends / --isolate into `backends`.
+Command add_golden_command(CLI::App& app, const CliContext& ctx, BackendArgs& backends);
 
 }  // namespace driftcheck::fuzz

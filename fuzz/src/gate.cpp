@@ -13,9 +13,11 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/corpus.hpp"
 #include "driftcheck/fuzz/gate_baseline.hpp"
+#include "driftcheck/fuzz/golden.hpp"
 #include "driftcheck/fuzz/input_error.hpp"
 #include "gate_checks.hpp"
 
@@ -52,7 +54,7 @@ Plan make_plan(GateConfig config, const Registry& reg, bool mutants) {
     throw InputError("config", fmt::format("{}: gate.backends: {}", p.config.path.string(), e.what()));
   }
   p.unavailable = sel.unavailable, p.errors = sel.errors;
-  for (const Backend* b : sel.backends) p.backends.push_back({b, std::string(b->name())});
+  for (const Backend* b : sel.backends) p.backends.push_back({b, std::string(b->name()), {}});
   // A budget for nothing is a typo (or a backend that was renamed): say so rather than hold nothing to it.
   for (const auto& budget : p.config.budgets) {
     const bool used = std::any_of(reg.all().begin(), reg.all().end(),
@@ -62,15 +64,16 @@ Plan make_plan(GateConfig config, const Registry& reg, bool mutants) {
                        fmt::format("{}: budgets.\"{}\" matches no backend (driftcheck list shows them)",
                                    p.config.path.string(), budget.pattern));
   }
-  for (const auto& b : p.backends) p.config.budget_for(b.held_to);  // two globs tying for a backend: exit 2
-  if (!mutants) return p;
-  const std::size_t correct = p.backends.size();
-  for (const auto& m : reg.all()) {
-    if (m->kind() != BackendKind::kMutant) continue;
-    for (std::size_t i = 0; i < correct; ++i)
-      if (m->mutates() == p.backends[i].backend->name())
-        p.backends.push_back({m.get(), p.backends[i].held_to});
+  if (mutants) {
+    const std::size_t correct = p.backends.size();
+    for (const auto& m : reg.all()) {
+      if (m->kind() != BackendKind::kMutant) continue;
+      for (std::size_t i = 0; i < correct; ++i)
+        if (m->mutates() == p.backends[i].backend->name())
+          p.backends.push_back({m.get(), p.backends[i].held_to, {}});
+    }
   }
+  for (auto& b : p.backends) b.budget = p.config.budget_for(b.held_to);  // two globs tying: exit 2
   return p;
 }
 
@@ -145,7 +148,7 @@ void judge_campaign(const Plan& p, const reports::Report& campaign, const Baseli
   for (const auto& b : p.backends) {
     const reports::BackendReport* row = campaign_row(campaign, b.backend->name());
     if (row == nullptr) continue;
-    r.checks.push_back(budget_check(b, *row, p.config.budget_for(b.held_to), p.config.seed));
+    r.checks.push_back(budget_check(b, *row, b.budget, p.config.seed));
     for (const auto& [format, d] : row->drift) r.stats.push_back({row->name, row->op, format, d});
     if (base == nullptr) {
       r.checks.push_back(skipped_baseline_check(*row));
@@ -251,7 +254,11 @@ std::optional<Baseline> load_baseline(const GateConfig& c, GateReport& r) {
 
 GateResult run_gate(const GateOptions& o) {
   const auto start = Clock::now();
-  Plan plan = make_plan(load_gate_config(o.config), registry(), o.mutants);
+  GateConfig config = load_gate_config(o.config);
+  // External backends the config names join the registry as `driftcheck fuzz --backends FILE` would add them.
+  if (config.backends_file)
+    external::register_backends_files(extend_registry(), {config.backends_file->string()});
+  Plan plan = make_plan(std::move(config), registry(), o.mutants);
   GateReport r;
   r.tool_version = std::string(kToolVersion), r.command = o.command_line, r.mutants = o.mutants;
   r.config_path = plan.config.path.string(), r.config_sha256 = plan.config.sha256;
@@ -260,12 +267,22 @@ GateResult run_gate(const GateOptions& o) {
   for (const auto& u : plan.unavailable) r.notes.push_back("not judged here: " + u);
   r.errors = plan.errors;
   const std::optional<Baseline> base = load_baseline(plan.config, r);
+  std::vector<GoldenCase> golden;
+  if (plan.config.golden) golden = load_golden(*plan.config.golden);
   std::vector<CorpusEntry> corpus;
   if (plan.config.corpus) corpus = load_corpus(*plan.config.corpus);
   prepare_out_dir(o.out_dir);
   say(o.log, fmt::format("{}: {} backends, {}", r.config_path, plan.backends.size(), r.stream));
 
   auto t = Clock::now();
+  if (plan.config.golden) {
+    for (auto& c : golden_checks(golden, plan.backends, *plan.config.golden))
+      r.checks.push_back(std::move(c));
+    r.golden_cases = static_cast<std::int64_t>(golden.size());
+    r.golden_seconds = seconds_since(t);
+    say(o.log, fmt::format("golden: {} cases in {:.1f} s", golden.size(), r.golden_seconds));
+  }
+  t = Clock::now();
   if (plan.config.corpus) {
     Progress progress(o.log, o.progress, "gate corpus", "cases",
                       {static_cast<double>(corpus.size()), std::nullopt});

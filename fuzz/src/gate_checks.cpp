@@ -104,7 +104,7 @@ void run_entry(const CorpusEntry& e, const std::vector<GateBackend>& backends, s
       continue;
     }
     ++tally[i].run;
-    if (!is_failure(ev.verdict)) continue;
+    if (within_budget(ev, backends[i].budget)) continue;
     ++tally[i].failed;
     checks[i].status = CheckStatus::kFailed;
     checks[i].details +=
@@ -114,7 +114,101 @@ void run_entry(const CorpusEntry& e, const std::vector<GateBackend>& backends, s
   }
 }
 
+std::string op_of(const GoldenCase& g) {
+  return std::string(op_name(g.spec.op));
+}
+
+GateCheck reference_check(const std::string& op, const std::vector<GoldenCase>& golden,
+                          const std::filesystem::path& dir) {
+  GateCheck c = new_check("reference", op, "golden");
+  std::int64_t cases = 0, moved = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const auto& g : golden) {
+    if (op_of(g) != op) continue;
+    ++cases;
+    const auto changes = reference_changes(g);
+    if (changes.empty()) continue;
+    ++moved;
+    c.details += fmt::format("{}:\n", g.name);
+    for (const auto& line : changes) c.details += fmt::format("    {}\n", line);
+    c.details += fmt::format("    driftcheck golden verify --dir {} --case {}\n", dir.string(), g.name);
+  }
+  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.properties = {{"cases", std::to_string(cases)}, {"moved", std::to_string(moved)}};
+  if (moved > 0) {
+    c.status = CheckStatus::kFailed;
+    c.message = fmt::format("the fp64 reference moved on {} of {} golden cases", moved, cases);
+  } else {
+    c.message = fmt::format("bit-identical on {} golden cases", cases);
+  }
+  return c;
+}
+
+GateCheck backend_golden_check(const GateBackend& gb, const std::vector<GoldenCase>& golden,
+                               const std::filesystem::path& dir) {
+  const Backend& b = *gb.backend;
+  GateCheck c = new_check(std::string(b.name()), std::string(op_name(b.op())), "golden");
+  Tally t;
+  double worst = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const auto& g : golden) {
+    if (g.spec.op != b.op()) continue;
+    std::string why;
+    if (!b.available(&why) || !b.supports(g.pristine).ok) {
+      ++t.unsupported;
+      continue;
+    }
+    const Evaluation ev = judge_golden(b, g);
+    if (ev.verdict == Verdict::kUnsupported) {
+      ++t.unsupported;
+      continue;
+    }
+    ++t.run;
+    worst = std::max(worst, ev.worst_ratio);
+    if (within_budget(ev, gb.budget)) continue;
+    ++t.failed;
+    c.details += fmt::format(
+        "{}: {} {}x tolerance: {}\n    driftcheck golden verify --dir {} --case {} --backend {}\n", g.name,
+        verdict_name(ev.verdict), ratio_text(ev.worst_ratio), ev.detail, dir.string(), g.name, b.name());
+  }
+  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.properties = {{"run", std::to_string(t.run)},
+                  {"unsupported", std::to_string(t.unsupported)},
+                  {"failed", std::to_string(t.failed)},
+                  {"worst_ratio", fmt::format("{:.6g}", worst)}};
+  if (t.failed > 0) {
+    c.status = CheckStatus::kFailed;
+    c.message = fmt::format("{} of {} golden cases beyond budget", t.failed, t.run);
+  } else if (t.run == 0) {
+    c.status = CheckStatus::kSkipped;
+    c.message = fmt::format("supports none of the {} golden cases of its op", t.unsupported);
+  } else {
+    c.message = fmt::format("{} golden cases within budget (worst {} x tolerance)", t.run, ratio_text(worst));
+  }
+  return c;
+}
+
 }  // namespace
+
+bool within_budget(const Evaluation& e, const Budget& budget) {
+  const std::string_view v = verdict_name(e.verdict);
+  const bool allowed = !is_failure(e.verdict) ||
+                       std::find(budget.allowed_verdicts.begin(), budget.allowed_verdicts.end(), v) !=
+                           budget.allowed_verdicts.end();
+  return allowed && e.worst_ratio <= budget.max_ratio;
+}
+
+std::vector<GateCheck> golden_checks(const std::vector<GoldenCase>& golden,
+                                     const std::vector<GateBackend>& backends,
+                                     const std::filesystem::path& dir) {
+  std::vector<GateCheck> checks;
+  std::vector<std::string> ops;
+  for (const auto& g : golden)
+    if (std::find(ops.begin(), ops.end(), op_of(g)) == ops.end()) ops.push_back(op_of(g));
+  for (const auto& op : ops) checks.push_back(reference_check(op, golden, dir));
+  for (const auto& b : backends) checks.push_back(backend_golden_check(b, golden, dir));
+  return checks;
+}
 
 std::vector<GateCheck> corpus_checks(const std::vector<CorpusEntry>& corpus,
                                      const std::vector<GateBackend>& backends, int jobs,

@@ -12,6 +12,7 @@
 #include "driftcheck/fuzz/corpus.hpp"
 #include "driftcheck/fuzz/gate_baseline.hpp"
 #include "driftcheck/fuzz/gate_config.hpp"
+#include "driftcheck/fuzz/golden.hpp"
 #include "driftcheck/reports/gate_report.hpp"
 #include "driftcheck/reports/report.hpp"
 
@@ -22,7 +23,19 @@ namespace driftcheck::fuzz {
 struct GateBackend {
   const Backend* backend = nullptr;
   std::string held_to;
+  Budget budget;  // held_to's
 };
+
+// Whether one judged case is within a budget: an allowed verdict and a worst ratio no larger than max_ratio.
+// (max_share_beyond bounds the campaign's statistics; one case's share is part of its verdict here.)
+bool within_budget(const Evaluation& e, const Budget& budget);
+
+// The golden checks: for each op with golden cases, whether its reference is bit-identical to the stored one
+// (backend "reference"); for each backend, every golden case of its op it supports, against the stored
+// reference. `dir` names the golden directory in replay commands.
+std::vector<reports::GateCheck> golden_checks(const std::vector<GoldenCase>& golden,
+                                              const std::vector<GateBackend>& backends,
+                                              const std::filesystem::path& dir);
 
 // Runs every corpus entry on every gate backend of its op (`jobs` threads over entries; each entry's
 // reference is computed once). One check per backend.
