@@ -340,6 +340,32 @@ TEST(GoldenCli, ShaMismatchIsBadInputAndAMovedReferenceSaysExactlyHowItMoved) {
   EXPECT_NE(r.err.find("format version 2 (this driftcheck reads 1)"), std::string::npos) << r.err;
 }
 
+// examples/gate: a gate on a kernel outside driftcheck (the NumPy RMSNorm worker) passes with its committed
+// baseline and corpus, and the same gate on the kernel's planted bug fails on its budget and on its corpus case.
+TEST(GateCli, ExampleGateOnAnExternalKernelPassesAndItsPlantedBugFails) {
+  const fs::path ex = fs::path(DRIFTCHECK_SOURCE_DIR) / "examples/gate";
+  // The backends file runs `python3`: Debian's, which has NumPy, must be the one found.
+  const std::string env = "PATH=" + fs::path(DRIFTCHECK_PYTHON).parent_path().string() + ":\"$PATH\" ";
+  Outcome r = run(env + DRIFTCHECK_BIN + " gate --quiet --config " + (ex / "gate.toml").string() + " --out " +
+                  (scratch() / "example").string());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  std::string planted = slurp(ex / "gate.toml");
+  planted.replace(planted.find("backends = [\"ext.numpy.rmsnorm\"]"), 32,
+                  "backends = [\"ext.numpy.rmsnorm.planted_stride_ignored\"]");
+  for (const char* key : {"backends_file = \"", "corpus = \""})
+    planted.insert(planted.find(key) + std::string(key).size(), ex.string() + "/");
+  spit(scratch() / "planted/gate.toml", planted);
+  r = run(env + DRIFTCHECK_BIN + " gate --quiet --config " + (scratch() / "planted/gate.toml").string() + " --out " +
+          (scratch() / "planted/out").string());
+  EXPECT_EQ(r.code, 1) << r.err;
+  const json j = junit(scratch() / "planted/out/junit.xml");
+  std::set<std::string> failed;
+  for (const auto& c : j["cases"])
+    if (c["result"] == "failure") failed.insert(c["name"].get<std::string>());
+  EXPECT_TRUE(failed.count("rmsnorm budget")) << j.dump();
+  EXPECT_TRUE(failed.count("rmsnorm corpus")) << j.dump();
+}
+
 // The project's own corpus (.ci/gate/corpus): every correct backend of an entry's op passes it (or does not
 // support it), and the mutant an entry came from fails it.
 TEST(ProjectCorpus, CorrectBackendsPassEveryEntryAndEachMutantFailsItsOwn) {
