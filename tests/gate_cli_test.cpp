@@ -341,7 +341,8 @@ TEST(GoldenCli, ShaMismatchIsBadInputAndAMovedReferenceSaysExactlyHowItMoved) {
 }
 
 // examples/gate: a gate on a kernel outside driftcheck (the NumPy RMSNorm worker) passes with its committed
-// baseline and corpus, and the same gate on the kernel's planted bug fails on its budget and on its corpus case.
+// baseline and corpus, and the same gate on the kernel's planted bug fails on its budget and on its corpus
+// case.
 TEST(GateCli, ExampleGateOnAnExternalKernelPassesAndItsPlantedBugFails) {
   const fs::path ex = fs::path(DRIFTCHECK_SOURCE_DIR) / "examples/gate";
   // The backends file runs `python3`: Debian's, which has NumPy, must be the one found.
@@ -355,8 +356,8 @@ TEST(GateCli, ExampleGateOnAnExternalKernelPassesAndItsPlantedBugFails) {
   for (const char* key : {"backends_file = \"", "corpus = \""})
     planted.insert(planted.find(key) + std::string(key).size(), ex.string() + "/");
   spit(scratch() / "planted/gate.toml", planted);
-  r = run(env + DRIFTCHECK_BIN + " gate --quiet --config " + (scratch() / "planted/gate.toml").string() + " --out " +
-          (scratch() / "planted/out").string());
+  r = run(env + DRIFTCHECK_BIN + " gate --quiet --config " + (scratch() / "planted/gate.toml").string() +
+          " --out " + (scratch() / "planted/out").string());
   EXPECT_EQ(r.code, 1) << r.err;
   const json j = junit(scratch() / "planted/out/junit.xml");
   std::set<std::string> failed;

@@ -3,19 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include <fmt/format.h>
-
 namespace driftcheck::fuzz {
 
 using nlohmann::json;
-
-json number_json(double v) {
-  return std::isfinite(v) ? json(v) : json(fmt::format("{}", v));
-}
-
-double number_from(const json& j) {
-  return j.is_string() ? std::stod(j.get<std::string>()) : j.get<double>();
-}
 
 void BackendStats::record(const Evaluation& e, std::uint64_t index) {
   ++run;

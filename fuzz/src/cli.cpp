@@ -11,8 +11,8 @@
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
-#include "driftcheck/fuzz/exchange.hpp"
 #include "driftcheck/fuzz/corpus.hpp"
+#include "driftcheck/fuzz/exchange.hpp"
 #include "driftcheck/fuzz/input_error.hpp"
 #include "driftcheck/fuzz/journal.hpp"
 
@@ -217,9 +217,12 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
   add_backend_options(*replay, backend_args, true);
   const CliContext ctx{out, err, tty, joined(argc, argv), &interrupted, catch_interrupts};
   const Command worker = add_worker_command(app, ctx);
-  const Command commands[] = {add_accept_command(app, ctx),   add_export_command(app, ctx),
-                              add_check_command(app, ctx),    add_gate_command(app, ctx, backend_args),
-                              add_baseline_command(app, ctx), add_corpus_command(app, ctx),
+  const Command commands[] = {add_accept_command(app, ctx),
+                              add_export_command(app, ctx),
+                              add_check_command(app, ctx),
+                              add_gate_command(app, ctx, backend_args),
+                              add_baseline_command(app, ctx),
+                              add_corpus_command(app, ctx),
                               add_golden_command(app, ctx, backend_args)};
   try {
     app.parse(argc, argv);
