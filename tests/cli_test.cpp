@@ -3,55 +3,29 @@
 // replays.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "cli_harness.hpp"
 #include "driftcheck/device/backend.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Outcome {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A directory of this process's own, removed at exit.
-struct Scratch {
-  fs::path dir = fs::temp_directory_path() / ("driftcheck_cli_test_" + std::to_string(::getpid()));
-  Scratch() { fs::create_directories(dir); }
-  ~Scratch() { fs::remove_all(dir); }
-};
+using driftcheck::harness::Outcome;
+using driftcheck::harness::slurp;
 
 fs::path scratch() {
-  static const Scratch s;
+  static const driftcheck::harness::Scratch s("cli_test");
   return s.dir;
 }
 
 Outcome driftcheck(const std::string& args) {
-  const auto out = scratch() / "stdout", err = scratch() / "stderr";
-  const std::string cmd =
-      std::string(DRIFTCHECK_BIN) + " " + args + " >" + out.string() + " 2>" + err.string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  return driftcheck::harness::run_command(std::string(DRIFTCHECK_BIN) + " " + args, scratch());
 }
 
 void expect_usage_error(const std::string& args, const std::string& mentions) {

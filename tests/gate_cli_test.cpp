@@ -5,20 +5,15 @@
 // mutant fails its own).
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "cli_harness.hpp"
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/fuzz/corpus.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
@@ -30,39 +25,17 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct Outcome {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p) << text;
-}
-
-struct Scratch {
-  fs::path dir = fs::temp_directory_path() / ("driftcheck_gate_cli_test_" + std::to_string(::getpid()));
-  Scratch() { fs::create_directories(dir); }
-  ~Scratch() { fs::remove_all(dir); }
-};
+using harness::Outcome;
+using harness::slurp;
+using harness::spit;
 
 fs::path scratch() {
-  static const Scratch s;
+  static const harness::Scratch s("gate_cli_test");
   return s.dir;
 }
 
 Outcome run(const std::string& cmd) {
-  const auto out = scratch() / "stdout", err = scratch() / "stderr";
-  const int status = std::system((cmd + " >" + out.string() + " 2>" + err.string()).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  return harness::run_command(cmd, scratch());
 }
 
 Outcome driftcheck(const std::string& args) {
