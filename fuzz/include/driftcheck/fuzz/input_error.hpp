@@ -5,13 +5,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "driftcheck/device/one_line.hpp"
+
 namespace driftcheck::fuzz {
 
 class InputError : public std::runtime_error {
  public:
-  // `message` names the file first ("gate.toml:12: unknown key 'sed'").
+  // `message` names the file first ("gate.toml:12: unknown key 'sed'"). It often quotes the file (a TOML or
+  // JSON parser's view of the bytes it stopped at): control characters are escaped to keep it one line.
   InputError(std::string kind, const std::string& message)
-      : std::runtime_error(message), kind_(std::move(kind)) {}
+      : std::runtime_error(driftcheck::one_line(message)), kind_(std::move(kind)) {}
   const std::string& kind() const { return kind_; }
 
  private:
