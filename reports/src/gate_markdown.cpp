@@ -21,6 +21,12 @@ std::string number(double v) {
   return fmt::format("{:.3g}", v);
 }
 
+// A bias in ulps: three decimals where a correct kernel's sits (|bias| well below 1 ulp), three significant
+// digits where a broken one's can be astronomical.
+std::string signed_ulps(double v) {
+  return std::isfinite(v) && std::abs(v) < 1000 ? fmt::format("{:+.3f}", v) : fmt::format("{:+.3g}", v);
+}
+
 std::string verdicts(const DriftStats& s) {
   std::string out = s.passed > 0 ? fmt::format("pass {}", s.passed) : "";
   for (const auto& [v, c] : s.failures) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", v, c.cases);
@@ -38,9 +44,9 @@ void backend_table(const GateReport& r, std::string& md) {
         s.cases > 0
             ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(s.passed) / static_cast<double>(s.cases))
             : "-";
-    md += fmt::format("| {} | {} | {} | {} | {} | {} | {:+.3f} | {} | {} |\n", row.backend, row.op, s.cases,
-                      rate, number(s.worst_ratio), number(s.p99_ratio()), s.mean_signed_ulps(), verdicts(s),
-                      row.failed ? "FAIL" : "pass");
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", row.backend, row.op, s.cases, rate,
+                      number(s.worst_ratio), number(s.p99_ratio()), signed_ulps(s.mean_signed_ulps()),
+                      verdicts(s), row.failed ? "FAIL" : "pass");
   }
   md += "\n";
 }
