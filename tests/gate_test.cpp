@@ -365,6 +365,13 @@ reports::GateReport sample_report() {
   r.rows = {row};
   r.changes = {{"cpu.a", "rmsnorm", "bf16", "p99_ratio", 0.5, 0.6, 4.0}};
   r.stats = {{"cpu.a", "rmsnorm", "bf16", row.total}};
+  r.known = {{"softcap-nan",
+              "softcap of an infinite score is NaN",
+              "driftcheck replay --seed 3 --case 9",
+              {"cpu.a", "cpu.b"},
+              2,
+              1,
+              0}};
   return r;
 }
 
@@ -379,6 +386,10 @@ TEST(GateReport, JsonRoundTripsAndMarkdownShowsTableFailuresAndChanges) {
   EXPECT_NE(md.find("driftcheck replay x"), std::string::npos) << md;
   EXPECT_NE(md.find("| cpu.a | rmsnorm | bf16 | p99_ratio | 0.5 | 0.6 | 4 **worse** |"), std::string::npos)
       << md;
+  // A known finding is listed apart, and is not one of the failed checks.
+  EXPECT_NE(md.find("| softcap-nan | cpu.a, cpu.b | 2 / 1 / 0 | softcap of an infinite score is NaN |"),
+            std::string::npos)
+      << md;
   EXPECT_THROW(
       reports::gate_report_from_json(nlohmann::json{{"format", "driftcheck.gate"}, {"format_version", 9}}),
       std::runtime_error);
@@ -386,7 +397,8 @@ TEST(GateReport, JsonRoundTripsAndMarkdownShowsTableFailuresAndChanges) {
 
 TEST(GateReport, JUnitEscapesEverythingItQuotes) {
   const std::string xml = reports::to_junit(sample_report());
-  EXPECT_NE(xml.find("tests=\"2\" failures=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<testcase classname=\"known finding\" name=\"softcap-nan\""), std::string::npos) << xml;
   EXPECT_NE(xml.find("message=\"1 statistic &lt;worse&gt; &amp; &quot;odd&quot;\""), std::string::npos)
       << xml;
   EXPECT_NE(xml.find("<property name=\"cases\" value=\"10\"/>"), std::string::npos) << xml;

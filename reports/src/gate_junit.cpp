@@ -1,6 +1,6 @@
 // JUnit XML of a gate run, in the dialect CI systems read (Jenkins, GitLab, GitHub test reporters): one
 // <testsuite>, one <testcase> per backend x op x check with its metrics as <properties>, a <failure> whose
-// text carries the replay commands, <skipped> for checks that had nothing to run.
+// text carries the replay commands, <skipped> for checks that had nothing to run and for known findings.
 #include <fmt/format.h>
 
 #include "driftcheck/reports/gate_report.hpp"
@@ -58,6 +58,26 @@ void testcase(const GateCheck& c, std::string& xml) {
   xml += "    </testcase>\n";
 }
 
+// A known finding is an upstream defect the twins reproduce on purpose: a testcase of its own, skipped (CI
+// views list it apart from passes and failures), with what explains it and how to reproduce it.
+void known_testcase(const GateKnownFinding& k, std::string& xml) {
+  std::string backends;
+  for (const auto& b : k.backends) backends += (backends.empty() ? "" : ",") + b;
+  const std::int64_t cases = k.campaign_cases + k.corpus_cases + k.golden_cases;
+  xml += fmt::format("    <testcase classname=\"known finding\" name=\"{}\" time=\"0\">\n", xml_escape(k.id));
+  properties({{"backends", backends},
+              {"cases", std::to_string(cases)},
+              {"campaign_cases", std::to_string(k.campaign_cases)},
+              {"corpus_cases", std::to_string(k.corpus_cases)},
+              {"golden_cases", std::to_string(k.golden_cases)},
+              {"replay", k.replay}},
+             "      ", xml);
+  xml += fmt::format(
+      "      <skipped message=\"known upstream defect, not a gate failure: {} ({} cases on {})\"/>\n",
+      xml_escape(k.summary), cases, xml_escape(backends));
+  xml += "    </testcase>\n";
+}
+
 }  // namespace
 
 std::string to_junit(const GateReport& r) {
@@ -68,7 +88,8 @@ std::string to_junit(const GateReport& r) {
   }
   // Gate-level errors (an op that ran no case, an internal error) are testcases with <error> of their own, so
   // a CI view that only lists testcases still shows them.
-  const std::size_t tests = r.checks.size() + r.errors.size();
+  const std::size_t tests = r.checks.size() + r.known.size() + r.errors.size();
+  skipped += r.known.size();
   std::string xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   xml += fmt::format(
       "<testsuites name=\"driftcheck gate\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
@@ -86,6 +107,7 @@ std::string to_junit(const GateReport& r) {
               {"tool_version", r.tool_version}},
              "    ", xml);
   for (const auto& c : r.checks) testcase(c, xml);
+  for (const auto& k : r.known) known_testcase(k, xml);
   for (std::size_t i = 0; i < r.errors.size(); ++i) {
     xml += fmt::format(
         "    <testcase classname=\"driftcheck\" name=\"gate error {}\" time=\"0\">\n"

@@ -115,6 +115,21 @@ void detection(const GateReport& r, std::string& md) {
   md += "\n";
 }
 
+void known_findings(const GateReport& r, std::string& md) {
+  if (r.known.empty()) return;
+  md +=
+      "### Known findings (upstream defects the twins reproduce; not failures)\n\n"
+      "| known finding | backends | cases (campaign / corpus / golden) | what | replay |\n"
+      "|---|---|---:|---|---|\n";
+  for (const auto& k : r.known) {
+    std::string backends;
+    for (const auto& b : k.backends) backends += (backends.empty() ? "" : ", ") + b;
+    md += fmt::format("| {} | {} | {} / {} / {} | {} | `{}` |\n", cell(k.id), cell(backends),
+                      k.campaign_cases, k.corpus_cases, k.golden_cases, cell(k.summary), cell(k.replay));
+  }
+  md += "\n";
+}
+
 }  // namespace
 
 std::string to_markdown(const GateReport& r) {
@@ -136,6 +151,7 @@ std::string to_markdown(const GateReport& r) {
   failed_checks(r, md);
   changes(r, md);
   detection(r, md);
+  known_findings(r, md);
   if (!r.notes.empty()) {
     md += "### Notes\n\n";
     for (const auto& n : r.notes) md += fmt::format("- {}\n", cell(n));

@@ -74,6 +74,21 @@ GateRow row_from(const json& j) {
   return {j.at("backend"), j.at("op"), j.at("kind"), drift_stats_from_json(j), j.at("failed")};
 }
 
+json known_json(const GateKnownFinding& k) {
+  return {
+      {"id", k.id},
+      {"summary", k.summary},
+      {"replay", k.replay},
+      {"backends", k.backends},
+      {"cases", {{"campaign", k.campaign_cases}, {"corpus", k.corpus_cases}, {"golden", k.golden_cases}}}};
+}
+
+GateKnownFinding known_from(const json& j) {
+  const json& n = j.at("cases");
+  return {j.at("id"),       j.at("summary"), j.at("replay"), j.at("backends"),
+          n.at("campaign"), n.at("corpus"),  n.at("golden")};
+}
+
 template <class T, class F>
 std::vector<T> list_from(const json& j, F&& each) {
   std::vector<T> out;
@@ -97,11 +112,12 @@ std::string_view check_status_name(CheckStatus s) {
 
 json to_json(const GateReport& r) {
   json rows = json::array(), checks = json::array(), changes = json::array(), stats = json::array(),
-       detection = json::array();
+       detection = json::array(), known = json::array();
   for (const auto& x : r.rows) rows.push_back(row_json(x));
   for (const auto& c : r.checks) checks.push_back(check_json(c));
   for (const auto& c : r.changes) changes.push_back(change_json(c));
   for (const auto& e : r.stats) stats.push_back(entry_json(e));
+  for (const auto& k : r.known) known.push_back(known_json(k));
   for (const auto& d : r.detection)
     detection.push_back({{"mutant", d.mutant}, {"mutates", d.mutates}, {"caught_by", d.caught_by}});
   return {{"format", kGateFormatName},
@@ -125,6 +141,7 @@ json to_json(const GateReport& r) {
           {"changes", changes},
           {"stats", stats},
           {"mutant_detection", detection},
+          {"known_findings", known},
           {"notes", r.notes},
           {"errors", r.errors},
           {"exit_code", r.exit_code}};
@@ -153,6 +170,9 @@ GateReport gate_report_from_json(const json& j) {
     r.detection = list_from<MutantDetection>(j.at("mutant_detection"), [](const json& d) {
       return MutantDetection{d.at("mutant"), d.at("mutates"), d.at("caught_by")};
     });
+    // Gate runs written before known findings were reported have none.
+    if (j.contains("known_findings"))
+      r.known = list_from<GateKnownFinding>(j.at("known_findings"), known_from);
     r.notes = j.at("notes"), r.errors = j.at("errors"), r.exit_code = j.at("exit_code");
     return r;
   } catch (const json::exception& e) {

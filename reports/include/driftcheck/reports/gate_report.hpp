@@ -69,6 +69,17 @@ struct MutantDetection {
   std::vector<std::string> caught_by;  // check names that failed; empty: missed
 };
 
+// A known finding (golden/known-findings.toml, docs/FINDINGS.md) the gate met: a failure of a faithful twin
+// that the upstream kernel's named defect explains (the twin with that defect repaired passes the same case).
+// Reported apart from the checks: never a failure, never in the exit code, one JUnit <skipped> testcase each.
+struct GateKnownFinding {
+  std::string id;
+  std::string summary;
+  std::string replay;                 // reproduces it (from the known-findings file)
+  std::vector<std::string> backends;  // the backends it explained failures of
+  std::int64_t campaign_cases = 0, corpus_cases = 0, golden_cases = 0;  // failing cases it explained
+};
+
 struct GateReport {
   std::string tool_version;
   std::string command;
@@ -87,8 +98,9 @@ struct GateReport {
   std::vector<BaselineChange> changes;  // worst first
   std::vector<GateStatsEntry> stats;
   std::vector<MutantDetection> detection;
-  std::vector<std::string> notes;   // things a reader should know that do not fail the gate
-  std::vector<std::string> errors;  // what made the gate fail outside any one check
+  std::vector<GateKnownFinding> known;  // by id
+  std::vector<std::string> notes;       // things a reader should know that do not fail the gate
+  std::vector<std::string> errors;      // what made the gate fail outside any one check
   int exit_code = 0;
 };
 
