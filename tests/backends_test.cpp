@@ -496,6 +496,12 @@ std::map<std::string, Case> exposing_cases() {
   m["mutant.rmsnorm.act_accumulation"] = builders::rmsnorm_case(1, 1024, DType::kBF16, {}, 1);
   m["mutant.rmsnorm.oob_write"] = builders::rmsnorm_case(2, 64, DType::kBF16, {}, 1, Layout{0, 0, 4});
   m["mutant.dual.weight_rounded_early"] = builders::dual_case(2, 256, DType::kBF16, {}, 1);
+  // Sub-bound precision loss (the statistical tier's mutants): rows wide enough for a difference to show.
+  m["mutant.rmsnorm.squares_in_act"] = builders::rmsnorm_case(1, 4096, DType::kBF16, {}, 1);
+  m["mutant.rmsnorm.one_plus_weight_rounded"] =
+      builders::rmsnorm_case(2, 256, DType::kBF16, {1e-6, WeightMode::kOnePlus, false}, 1);
+  m["mutant.rmsnorm.fast_rsqrt"] = builders::rmsnorm_case(4, 1024, DType::kF16, {}, 1);
+  m["mutant.rmsnorm.output_toward_zero"] = builders::rmsnorm_case(2, 256, DType::kBF16, {}, 1);
   m["mutant.dual.halves_swapped"] = builders::dual_case(2, 64, DType::kBF16, {}, 1);
   m["mutant.concat.halves_swapped"] = builders::concat_case(2, 8, 8, DType::kBF16, 1);
   m["mutant.attn.masked_p_times_v"] = attention_with([](AttentionSpec&) {});  // 37 % 16 != 0: poison in page
@@ -503,6 +509,7 @@ std::map<std::string, Case> exposing_cases() {
   m["mutant.attn.fp8_fn_fnuz_swapped"] =
       attention_with([](AttentionSpec& s) { s.kv_dtype = DType::kF8E4M3FN; });
   m["mutant.attn.no_max_subtraction"] = attention_with([](AttentionSpec& s) { s.q_stddev = 100; });
+  m["mutant.attn.logits_rounded"] = attention_with([](AttentionSpec& s) { s.q_stddev = 10; });
   m["mutant.attn.unscaled_split_merge"] = attention_with([](AttentionSpec& s) { s.query_lens = {1, 1, 1}; });
   m["mutant.attn.gqa_modulo"] = attention_with([](AttentionSpec&) {});
   m["mutant.attn.causal_off_by_one"] = attention_with([](AttentionSpec&) {});
@@ -560,6 +567,9 @@ TEST(Mutants, AgreeWithTheirTwinWhereTheBugCannotShow) {
   const Case packed = builders::rmsnorm_case(4, 64, DType::kBF16, {}, 1);  // row stride == H
   EXPECT_FALSE(outputs_differ(run_clone(get("cpu.rmsnorm.cuda"), packed),
                               run_clone(get("mutant.rmsnorm.stride_ignored"), packed)));
+  const Case plain_weight = builders::rmsnorm_case(2, 256, DType::kBF16, {}, 1);  // w, not 1 + w
+  EXPECT_FALSE(outputs_differ(run_clone(get("cpu.rmsnorm.native"), plain_weight),
+                              run_clone(get("mutant.rmsnorm.one_plus_weight_rounded"), plain_weight)));
   const Case small_pages = attention_with([](AttentionSpec&) {});  // block size 16 < 64
   EXPECT_FALSE(outputs_differ(run_clone(get("cpu.attn.triton_unified"), small_pages),
                               run_clone(get("mutant.attn.page_conversion"), small_pages)));

@@ -314,7 +314,7 @@ TEST(Tolerance, RmsNormModelOnOneElement) {
 // A correct fp32 kernel with one final rounding, and the same kernel rounding x * s first (the
 // weight-rounding point bug of vLLM #42325 / #49616): the tolerance accepts the first on every case, and
 // catches the second unless it declares its two roundings.
-void fp32_rmsnorm(Case& c, bool round_twice) {
+void fp32_rmsnorm(Case& c, bool round_twice, const std::function<float(float)>& one_plus = {}) {
   const auto& p = c.get<RmsNormParams>();
   const Tensor& x = c.tensor("x");
   Tensor& y = c.tensor("y");
@@ -330,7 +330,7 @@ void fp32_rmsnorm(Case& c, bool round_twice) {
     const float s = 1.0f / std::sqrt(ss / static_cast<float>(h) + static_cast<float>(p.eps));
     for (std::int64_t i = 0; i < h; ++i) {
       float w = static_cast<float>(c.tensor("w").at({i}));
-      if (p.weight_mode == WeightMode::kOnePlus) w += 1.0f;
+      if (p.weight_mode == WeightMode::kOnePlus) w = one_plus ? one_plus(w) : w + 1.0f;
       const float zs = z[static_cast<std::size_t>(i)] * s;
       const double pre = round_twice ? round_to(t, zs) : zs;
       y.set({r, i}, static_cast<float>(pre) * w);
@@ -458,6 +458,120 @@ TEST(Oracle, DetailRatioIsTheWorstRatio) {
   for (const auto& m : ev.metrics) largest = std::max(largest, m.worst_ratio);
   EXPECT_EQ(ev.worst_ratio, largest);
   EXPECT_NE(ev.detail.find(fmt::format("{:.3g}x tolerance", ev.worst_ratio)), std::string::npos) << ev.detail;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The statistical tier (docs/ORACLE.md section 9).
+
+TEST(Statistical, ReductionDepthOfDeclaredShapes) {
+  const ReductionShape sequential, csrc{1024, 8, 32}, triton{128, 1, 32};
+  EXPECT_EQ(reduction_depth(4096, sequential), 4096);  // a sequential sum: the worst case
+  // Square, one chunk of 8 per thread, 5 shuffle levels, 32 warp totals.
+  EXPECT_EQ(reduction_depth(4096, csrc), 1 + 8 + 5 + 32);
+  EXPECT_EQ(reduction_depth(8192, csrc), 1 + 8 + 5 + 32);
+  EXPECT_EQ(reduction_depth(64, csrc), 1 + 8 + 5 + 2);  // 64 threads launched: 2 warps
+  EXPECT_EQ(reduction_depth(7, csrc), 7);               // never longer than the sequential chain
+  EXPECT_EQ(reduction_depth(4096, triton), 1 + 32 + 5 + 4);
+  EXPECT_EQ(reduction_depth(1, csrc), 1);
+}
+
+// One attention element by hand: systematic bound S, variance V, reference 1 in bf16 (ulp 2^-7 above it).
+TEST(Statistical, ElementPValueIsHoeffdingBeyondTheSystematicBound) {
+  PreparedCase pc;
+  pc.reference["o"] = Tensor::zeros(DType::kF64, {1});
+  pc.reference["o"].set({0}, 1.0);
+  ErrorModel& m = pc.model["o"];
+  m.dtype = DType::kBF16;
+  const double s = 0x1p-9, v = 0x1p-20;  // S = 2^-9, sigma = 2^-10
+  m.base = {s};
+  m.typical_p = {0.0};
+  m.variance_p = {v};
+  Numerics n;
+  n.p_rounded = true;
+  Outputs out;
+  out["o"] = Tensor::zeros(DType::kF64, {1});
+  const auto judge_at = [&](double value) {
+    out["o"].set({0}, value);
+    return judge_statistical(pc, n, out);
+  };
+  EXPECT_EQ(judge_at(1.0).p_value, 1.0);  // the correctly rounded reference
+  // One ulp up: its rounding interval starts D = 2^-8 away, D - S = 2^-9, two sigmas: 2 exp(-2).
+  EXPECT_DOUBLE_EQ(judge_at(1.0 + 0x1p-7).p_value, 2 * std::exp(-2.0));
+  // Two ulps up: the interval starts at 1 + 3 * 2^-8, D - S = 5 * 2^-9, ten sigmas: 2 exp(-50).
+  const double d = 5 * 0x1p-9;
+  EXPECT_DOUBLE_EQ(judge_at(1.0 + 2 * 0x1p-7).p_value, 2 * std::exp(-d * d / (2 * v)));
+  n.p_rounded = false;  // without the random part, beyond S is impossible
+  EXPECT_EQ(judge_at(1.0 + 2 * 0x1p-7).p_value, 0.0);
+}
+
+// Over a campaign's cases of one class: Chernoff's bound on the binomial tail never undercuts the exact tail,
+// is 1 at or below the expected rate, and is below 1e-9 for a rate a sub-bound bug gives.
+TEST(Statistical, BinomialTailBoundIsChernoff) {
+  const double level = kStatisticalCaseLevel;
+  const auto exact = [&](int n, int x) {  // P(Bin(n, level) >= x), summed directly
+    double tail = 0;
+    for (int k = x; k <= n; ++k)
+      tail += std::exp(std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0) +
+                       k * std::log(level) + (n - k) * std::log1p(-level));
+    return tail;
+  };
+  for (const auto& [n, x] : {std::pair{100, 1}, std::pair{100, 5}, std::pair{1000, 3}, std::pair{5000, 20}})
+    EXPECT_GE(binomial_tail_bound(n, x, level), exact(n, x)) << n << " " << x;
+  EXPECT_EQ(binomial_tail_bound(1000, 1, level), 1.0);
+  EXPECT_EQ(binomial_tail_bound(0, 0, level), 1.0);
+  EXPECT_LT(binomial_tail_bound(200, 10, level), kStatisticalAlpha);  // 1 case in 20 instead of 1 in 1000
+  EXPECT_GT(binomial_tail_bound(200, 3, level), kStatisticalAlpha);
+}
+
+// The class verdict over cases: 10 of 200 cases at or below the case level is a finding naming the most
+// improbable case; merging two halves gives the same counts as one pass; 1 in 1000 is not.
+TEST(Statistical, ClassVerdictFromTheCountOfImprobableCases) {
+  StatisticalClass first, second, fair;
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    const double p = i % 20 == 7 ? 1e-4 / static_cast<double>(i) : 0.5;
+    (i < 100 ? first : second).add(p, i);
+    fair.add(i == 3 ? 1e-5 : 0.5, i);
+  }
+  first.merge(second);
+  EXPECT_EQ(first.cases, 200);
+  EXPECT_EQ(first.low, 10);
+  const auto beyond = judge_class(first, "rmsnorm/bf16/h8k");
+  ASSERT_TRUE(beyond);
+  EXPECT_EQ(beyond->case_index, 187u);  // the smallest p: 1e-4 / 187
+  EXPECT_DOUBLE_EQ(beyond->tail, binomial_tail_bound(200, 10, kStatisticalCaseLevel));
+  EXPECT_NE(beyond->why.find("10 of 200 cases of rmsnorm/bf16/h8k"), std::string::npos) << beyond->why;
+  EXPECT_FALSE(judge_class(fair, "rmsnorm/bf16/h8k"));
+}
+
+TEST(Statistical, DeclaredRoundingPointsPassAnExtraOneDoesNot) {
+  Numerics two;
+  two.output_roundings = 2;
+  int one_plus = 0, flagged = 0;
+  for (std::uint64_t i = 0; i < 120; ++i) {
+    const CaseSpec s = draw_case(OpKind::kRmsNorm, 23, i).value();
+    const auto& p = std::get<RmsNormParams>(s.params);
+    if (p.residual || s.inplace_output || s.act_dtype == DType::kF32) continue;
+    const PreparedCase pc = prepare(materialize(s));
+    const EvalOptions fast{false, true};
+    const auto honest = evaluate(FnBackend(
+                                     s.op, [](Case& c) { fp32_rmsnorm(c, true); }, two),
+                                 pc, fast);
+    EXPECT_EQ(honest.verdict, Verdict::kPass) << "case " << i << ": " << honest.detail;
+    if (p.weight_mode != WeightMode::kOnePlus) continue;
+    ++one_plus;
+    const auto rounded = evaluate(
+        FnBackend(
+            s.op,
+            [](Case& c) {
+              const DType t = c.tensor("w").dtype();
+              fp32_rmsnorm(c, true, [t](float w) { return static_cast<float>(round_to(t, 1.0 + w)); });
+            },
+            two),
+        pc, fast);
+    flagged += is_failure(rounded.verdict) ? 1 : 0;
+  }
+  EXPECT_GT(one_plus, 10);
+  EXPECT_GT(flagged, one_plus / 2) << flagged << " of " << one_plus;
 }
 
 TEST(FusedUnfused, RoundingOrderIsNotDriftButAnUlpMoreIs) {

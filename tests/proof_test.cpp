@@ -39,10 +39,14 @@ TEST(Proof, EveryCorrectTwinPassesItsOp) {
     if (b->kind() != BackendKind::kCpu) continue;
     ++twins;
     std::map<Verdict, int> counts;
+    std::map<std::string, StatisticalClass> classes;  // the statistical tier's class tests see no bias either
     std::string first_failure;
     for (const PreparedCase& pc : prepared(b->op())) {
       const Evaluation ev = evaluate(*b, pc);
       ++counts[ev.verdict];
+      if (ev.verdict == Verdict::kPass)
+        classes[shape_class(draw_case(b->op(), kSeed, pc.input.index).value())].add(ev.stat_p_value,
+                                                                                    pc.input.index);
       if (is_failure(ev.verdict) && first_failure.empty())
         first_failure = "case " + std::to_string(pc.input.index) + " (" +
                         shape_class(draw_case(b->op(), kSeed, pc.input.index).value()) + ") " +
@@ -51,6 +55,10 @@ TEST(Proof, EveryCorrectTwinPassesItsOp) {
     const int failures =
         static_cast<int>(cases_for(b->op())) - counts[Verdict::kPass] - counts[Verdict::kUnsupported];
     EXPECT_EQ(failures, 0) << b->name() << ": " << first_failure;
+    for (const auto& [shape, c] : classes) {
+      const auto beyond = judge_class(c, shape);
+      EXPECT_FALSE(beyond) << b->name() << ": " << beyond->why;
+    }
     EXPECT_GT(counts[Verdict::kPass], 0)
         << b->name() << " passed no case: a check that ran nothing is no proof";
     std::cout << "[proof] " << b->name() << ": " << counts[Verdict::kPass] << " pass, "
@@ -106,6 +114,32 @@ TEST(Proof, TableStrideBugIsFoundThroughStridedTables) {
   EXPECT_GT(strided_caught, 10);
   std::cout << "[proof] table_stride_ignored: " << dense << " dense-table cases pass, " << strided_caught
             << " strided-table cases caught\n";
+}
+
+// The statistical tier (docs/ORACLE.md section 9) on the mutants written for it: each is caught on cases the
+// worst-case tier passes, and on at least one case in ten it reaches.
+TEST(Proof, StatisticalTierCatchesWhatTheWorstCaseTierMisses) {
+  for (const char* name :
+       {"mutant.rmsnorm.squares_in_act", "mutant.rmsnorm.one_plus_weight_rounded",
+        "mutant.rmsnorm.fast_rsqrt", "mutant.rmsnorm.output_toward_zero", "mutant.attn.logits_rounded"}) {
+    const Backend* m = registry().find(name);
+    ASSERT_NE(m, nullptr) << name;
+    int ran = 0, worst = 0, statistical_only = 0;
+    for (const PreparedCase& pc : prepared(m->op())) {
+      const Evaluation ev = evaluate(*m, pc, EvalOptions{false, false});
+      if (ev.verdict == Verdict::kUnsupported) continue;
+      ++ran;
+      if (is_failure(ev.verdict)) {
+        ++worst;
+        continue;
+      }
+      statistical_only += judge_statistical(pc, m->numerics(), ev.outputs).p_value <= kStatisticalAlpha;
+    }
+    EXPECT_GT(statistical_only, 0) << name;
+    EXPECT_GT(worst + statistical_only, ran / 10) << name;
+    std::cout << "[proof] " << name << ": " << ran << " cases, worst-case tier " << worst
+              << ", statistical tier only " << statistical_only << "\n";
+  }
 }
 
 }  // namespace

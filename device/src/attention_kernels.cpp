@@ -314,7 +314,7 @@ float AttentionTwin::logit(const Batch& b, const Plan& pl, const Row& r, std::in
   const float* kt = r.panel->k.data() + t * b.d;
   float dot = 0.0f;
   for (std::int64_t i = 0; i < b.d; ++i) dot += r.q[i] * kt[i];
-  const float s = pl.qk_mul * dot;
+  const float s = bug_ == AttnBug::kLogitsRounded ? round_act(b.act, pl.qk_mul * dot) : pl.qk_mul * dot;
   return pl.softcap > 0.0f ? pl.softcap * std::tanh(s / pl.softcap) : s;
 }
 

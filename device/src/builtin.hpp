@@ -30,6 +30,10 @@ std::unique_ptr<Backend> make_mutant_rmsnorm_oob_write();
 std::unique_ptr<Backend> make_mutant_dual_weight_rounded_early();
 std::unique_ptr<Backend> make_mutant_dual_halves_swapped();
 std::unique_ptr<Backend> make_mutant_concat_halves_swapped();
+std::unique_ptr<Backend> make_mutant_rmsnorm_squares_in_act();
+std::unique_ptr<Backend> make_mutant_rmsnorm_output_toward_zero();
+std::unique_ptr<Backend> make_mutant_rmsnorm_one_plus_weight_rounded();
+std::unique_ptr<Backend> make_mutant_rmsnorm_fast_rsqrt();
 
 // Mutants of attention (mutants_attention.cpp).
 std::unique_ptr<Backend> make_mutant_attn_masked_p_times_v();
@@ -43,5 +47,6 @@ std::unique_ptr<Backend> make_mutant_attn_window_off_by_one();
 std::unique_ptr<Backend> make_mutant_attn_softcap_missing();
 std::unique_ptr<Backend> make_mutant_attn_sink_dropped();
 std::unique_ptr<Backend> make_mutant_attn_table_stride_ignored();
+std::unique_ptr<Backend> make_mutant_attn_logits_rounded();
 
 }  // namespace driftcheck::twin

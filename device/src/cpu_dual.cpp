@@ -23,6 +23,7 @@ TwinInfo dual_fused_info() {
   i.description =
       "vLLM eagle3_aux_rmsnorm fused_dual_rmsnorm_cat: fp32 math, fp32 weight, one rounding, [N, 2H]";
   i.numerics.output_roundings = 1;
+  i.numerics.reduction = {128, 1, 32};
   i.supports_summary = kDualSupports;
   return i;
 }
@@ -46,6 +47,7 @@ std::unique_ptr<Backend> make_cpu_dual_unfused() {
   i.description =
       "rms_norm (vLLM csrc kernel) on e and h, then torch.cat: two roundings per element, exact copy";
   i.numerics.output_roundings = 2;
+  i.numerics.reduction = csrc_reduction();
   i.supports_summary = kDualSupports;
   return make_dual_backend(std::move(i), rmsnorm_cuda_kernel());
 }

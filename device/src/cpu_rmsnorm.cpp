@@ -46,6 +46,11 @@ NormKernel rmsnorm_cuda_kernel() {
   return k;
 }
 
+// The reduction the csrc kernels run: up to 1024 threads, 16-byte vector loads, cub's block reduce.
+ReductionShape csrc_reduction() {
+  return {1024, 8, 32};
+}
+
 TwinInfo rmsnorm_cuda_info() {
   TwinInfo i;
   i.name = "cpu.rmsnorm.cuda";
@@ -53,6 +58,7 @@ TwinInfo rmsnorm_cuda_info() {
       "vLLM csrc/layernorm_kernels.cu rms_norm: fp32 block reduce (1024 threads), act(act(x*s)*w), strided "
       "rows";
   i.numerics = two_roundings();
+  i.numerics.reduction = csrc_reduction();
   i.supports_summary = std::string(kRmsNormSupports) + "; no residual";
   return i;
 }
@@ -75,6 +81,7 @@ TwinInfo rmsnorm_fused_add_info() {
   i.description = "vLLM csrc fused_add_rms_norm (in place): z = act(x+r), residual <- z, act(act(z*s)*w)";
   // z, z * s and the weight product are each rounded on the way to y.
   i.numerics.output_roundings = 3;
+  i.numerics.reduction = csrc_reduction();
   i.supports_summary = std::string(kRmsNormSupports) + "; residual required";
   return i;
 }

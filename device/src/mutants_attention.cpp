@@ -92,4 +92,14 @@ std::unique_ptr<Backend> make_mutant_attn_table_stride_ignored() {
       AttnBug::kTableStrideIgnored);
 }
 
+std::unique_ptr<Backend> make_mutant_attn_logits_rounded() {
+  return triton_mutant(
+      "mutant.attn.logits_rounded",
+      "scale * q.k rounded to the activation dtype before the softmax (scores kept in a bf16 tile)",
+      "a reduction's result carried in bf16: the QK^T scores stored in the activation dtype; "
+      "FlashAttention's "
+      "2x-naive-baseline rule tolerates it, since the naive baseline rounds its logits too (issue #12)",
+      AttnBug::kLogitsRounded);
+}
+
 }  // namespace driftcheck::twin

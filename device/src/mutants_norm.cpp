@@ -84,4 +84,43 @@ std::unique_ptr<Backend> make_mutant_concat_halves_swapped() {
       NormBug::kHalvesSwapped);
 }
 
+// Precision lost below the worst-case bound (issue #12): each stays within gamma_H-based tolerances on wide
+// rows and is found by the statistical tier, which bounds the row scale's error over the declared reduction.
+std::unique_ptr<Backend> make_mutant_rmsnorm_squares_in_act() {
+  return make_rmsnorm_backend(
+      mutant_info(rmsnorm_cuda_info(), "mutant.rmsnorm.squares_in_act",
+                  "rms_norm squaring in the activation dtype (packed __hmul2) before the fp32 accumulation",
+                  "a reduction partly carried in bf16/fp16: x.pow(2).mean() on a bf16 tensor rounds every "
+                  "square (the fp32 cast placed after the pow); the row scale drifts by ~u_a / sqrt(H)"),
+      rmsnorm_cuda_kernel(), NormBug::kSquaresInAct);
+}
+
+std::unique_ptr<Backend> make_mutant_rmsnorm_one_plus_weight_rounded() {
+  return make_rmsnorm_backend(
+      mutant_info(
+          rmsnorm_native_info(), "mutant.rmsnorm.one_plus_weight_rounded",
+          "forward_native with Gemma weights forming (1 + w) in the activation dtype before the multiply",
+          "a weight rounded once more: (1 + w) computed in bf16 instead of 1 + w.float() (the Gemma "
+          "RMSNorm rounding point; weight-precision class of vllm#42325)"),
+      rmsnorm_native_kernel(), NormBug::kOnePlusWeightRounded);
+}
+
+std::unique_ptr<Backend> make_mutant_rmsnorm_fast_rsqrt() {
+  return make_rmsnorm_backend(
+      mutant_info(rmsnorm_cuda_info(), "mutant.rmsnorm.fast_rsqrt",
+                  "rms_norm with the bit-trick rsqrt and two Newton steps (up to 4.7e-6 low, 79 fp32 ulps)",
+                  "an rsqrt approximation a few dozen ulps off where the model allows 2 (CUDA rsqrtf); "
+                  "shifts every element of a row by the same relative error"),
+      rmsnorm_cuda_kernel(), NormBug::kFastRsqrt);
+}
+
+std::unique_ptr<Backend> make_mutant_rmsnorm_output_toward_zero() {
+  return make_rmsnorm_backend(
+      mutant_info(rmsnorm_cuda_info(), "mutant.rmsnorm.output_toward_zero",
+                  "rms_norm storing y rounded toward zero (truncated) instead of to nearest",
+                  "a rounding-mode change in the output conversion (__float2bfloat16_rz, a truncating pack): "
+                  "at most one ulp, always toward zero, a bias across cases"),
+      rmsnorm_cuda_kernel(), NormBug::kOutputTowardZero);
+}
+
 }  // namespace driftcheck::twin

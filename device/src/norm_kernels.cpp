@@ -2,6 +2,7 @@
 // NormKernel and NormBug they are built with (twin_norm.hpp).
 #include <fmt/format.h>
 
+#include <bit>
 #include <numeric>
 
 #include "twin_norm.hpp"
@@ -45,10 +46,21 @@ ReduceOrder resolve_order(const NormKernel& k, NormBug bug, std::int64_t rows, s
   return o;
 }
 
+// The bit-trick initial guess refined by two Newton steps (the "fast inverse square root"): relative error
+// up to 4.7e-6, always from below.
+float fast_rsqrt(float x) {
+  const float half = 0.5f * x;
+  float y = std::bit_cast<float>(0x5f3759dfu - (std::bit_cast<std::uint32_t>(x) >> 1));
+  for (int step = 0; step < 2; ++step) y = y * (1.5f - half * y * y);
+  return y;
+}
+
 float inverse_rms(const RowNorm& rn, const float* z, std::int64_t h) {
   const DType acc = rn.bug == NormBug::kActAccumulation ? rn.act : DType::kF32;
-  const float mean_square = sum_squares(z, h, rn.order, acc) / static_cast<float>(h);
+  const DType squares = rn.bug == NormBug::kSquaresInAct ? rn.act : DType::kF32;
+  const float mean_square = sum_squares(z, h, rn.order, acc, squares) / static_cast<float>(h);
   if (rn.bug == NormBug::kEpsOutsideRsqrt) return 1.0f / std::sqrt(mean_square) + rn.eps;
+  if (rn.bug == NormBug::kFastRsqrt) return fast_rsqrt(mean_square + rn.eps);
   return 1.0f / std::sqrt(mean_square + rn.eps);
 }
 
@@ -56,10 +68,12 @@ float inverse_rms(const RowNorm& rn, const float* z, std::int64_t h) {
 void scale_row(const RowNorm& rn, const float* z, float s, const float* w, std::int64_t h, float* y) {
   const bool fp32_weight =
       rn.kernel->rounding == NormRounding::kFp32Weight || (rn.one_plus && rn.kernel->one_plus_rounds_once);
+  const auto store = rn.bug == NormBug::kOutputTowardZero ? round_act_toward_zero : round_act;
   for (std::int64_t i = 0; i < h; ++i) {
-    const float wi = rn.one_plus ? 1.0f + w[i] : w[i];
-    y[i] =
-        fp32_weight ? round_act(rn.act, z[i] * s * wi) : round_act(rn.act, round_act(rn.act, z[i] * s) * wi);
+    const float wi = !rn.one_plus                               ? w[i]
+                     : rn.bug == NormBug::kOnePlusWeightRounded ? round_act(rn.act, 1.0f + w[i])
+                                                                : 1.0f + w[i];
+    y[i] = fp32_weight ? store(rn.act, z[i] * s * wi) : store(rn.act, round_act(rn.act, z[i] * s) * wi);
   }
 }
 

@@ -119,6 +119,10 @@ Registry build_registry() {
   r.add(make_mutant_dual_weight_rounded_early());
   r.add(make_mutant_dual_halves_swapped());
   r.add(make_mutant_concat_halves_swapped());
+  r.add(make_mutant_rmsnorm_squares_in_act());
+  r.add(make_mutant_rmsnorm_output_toward_zero());
+  r.add(make_mutant_rmsnorm_one_plus_weight_rounded());
+  r.add(make_mutant_rmsnorm_fast_rsqrt());
   r.add(make_mutant_attn_masked_p_times_v());
   r.add(make_mutant_attn_page_conversion());
   r.add(make_mutant_attn_fp8_fn_fnuz_swapped());
@@ -130,6 +134,7 @@ Registry build_registry() {
   r.add(make_mutant_attn_softcap_missing());
   r.add(make_mutant_attn_sink_dropped());
   r.add(make_mutant_attn_table_stride_ignored());
+  r.add(make_mutant_attn_logits_rounded());
 #if DRIFTCHECK_HAVE_GPU
   register_gpu_mutants(r);
 #endif

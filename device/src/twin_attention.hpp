@@ -73,6 +73,7 @@ enum class AttnBug : std::uint8_t {
   kSoftcapMissing,      // softcap not applied to the scaled logits
   kSinkDropped,         // the sink never enters the denominator
   kTableStrideIgnored,  // block table row s read at s * max_blocks: a slice of a wider table read as dense
+  kLogitsRounded,       // scale * q.k stored in the activation dtype before the softmax (bf16 score tile)
 };
 
 std::unique_ptr<Backend> make_attention_backend(TwinInfo info, AttnKernel kernel,

@@ -78,13 +78,13 @@ float accumulate_in(DType t, float x) {
 
 }  // namespace
 
-float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DType accumulate) {
+float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DType accumulate, DType squares) {
   const int threads = std::max(order.threads, 1);
   std::vector<float> partial(static_cast<std::size_t>(threads), 0.0f);
   const std::int64_t vec = std::max(order.vec, 1);
   for (std::int64_t i = 0; i < n; ++i) {
     float& acc = partial[static_cast<std::size_t>((i / vec) % threads)];
-    acc = accumulate_in(accumulate, acc + x[i] * x[i]);
+    acc = accumulate_in(accumulate, acc + accumulate_in(squares, x[i] * x[i]));
   }
   // A partial last warp (threads not a multiple of the warp) still runs the full shuffle ladder; lanes past
   // the end hold nothing.

@@ -55,6 +55,16 @@ inline float round_act(DType act, float x) {
   return act == DType::kBF16 ? round_bf16(x) : f16_value(f16_bits(x));
 }
 
+// The same rounding toward zero (a kernel storing with __float2bfloat16_rz or a truncating conversion): at
+// most one ulp off, always toward zero, so it only ever shows as a bias.
+inline float round_act_toward_zero(DType act, float x) {
+  if (std::isnan(x)) return x;
+  if (act == DType::kBF16) return std::bit_cast<float>(std::bit_cast<std::uint32_t>(x) & 0xffff0000u);
+  std::uint16_t b = f16_bits(x);
+  if (std::fabs(f16_value(b)) > std::fabs(x)) --b;  // one step toward zero in magnitude, sign kept
+  return f16_value(b);
+}
+
 // ---- storage access
 
 // Element i of a storage as fp32 (exact for every dtype twins read: fp8, fp16, bf16, fp32; int32 values <
@@ -143,8 +153,10 @@ struct ReduceOrder {
 };
 
 // Sum of squares of x[0..n) in fp32 in the given order. When `accumulate` is bf16 or fp16 every partial sum
-// is rounded to it (a reduction in the activation dtype: only mutants do that).
-float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DType accumulate = DType::kF32);
+// is rounded to it (a reduction in the activation dtype), when `squares` is, every square is (x * x computed
+// in the activation dtype, then accumulated in fp32): only mutants do either.
+float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DType accumulate = DType::kF32,
+                  DType squares = DType::kF32);
 
 // ---- backend identity
 

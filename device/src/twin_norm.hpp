@@ -51,6 +51,11 @@ enum class NormBug : std::uint8_t {
   kBatchVariantBlock,  // reduction block size chosen from the token count (vllm#48271)
   kHalvesSwapped,      // dual/concat: the two halves written in the wrong order
   kOobWrite,           // writes one element past the end of each output row
+  // Precision lost below the worst-case bound (issue #12; found by the statistical tier):
+  kSquaresInAct,  // x * x rounded to the activation dtype, then summed in fp32 (x.pow(2) on a bf16 tensor)
+  kOnePlusWeightRounded,  // Gemma's (1 + w) formed in the activation dtype: the weight rounded once more
+  kFastRsqrt,             // rsqrt from the 0x5f3759df guess and two Newton steps: up to 4.7e-6 (79 ulps) low
+  kOutputTowardZero,      // y stored rounded toward zero instead of to nearest (a rounding-mode change)
 };
 
 std::unique_ptr<Backend> make_rmsnorm_backend(TwinInfo info, NormKernel kernel, NormBug bug = NormBug::kNone);
@@ -67,5 +72,6 @@ TwinInfo rmsnorm_cuda_info();
 TwinInfo rmsnorm_fused_add_info();
 TwinInfo dual_fused_info();
 TwinInfo concat_copy_info();
+ReductionShape csrc_reduction();
 
 }  // namespace driftcheck::twin

@@ -100,13 +100,18 @@ double exact_scale(std::span<const double> z, double eps) {
   return 1.0 / std::sqrt(ss / static_cast<double>(z.size()) + eps);
 }
 
-// Per-element error terms of one normalised row (docs/ORACLE.md, "RMSNorm"):
+// Per-element error terms of one normalised row (docs/ORACLE.md, "RMSNorm"), written into the spans of `out`:
 //   base: fp32 sum of squares (gamma_H), the mean, eps add, rsqrt (up to 2 ulp in fast versions), the two
 //         multiplies: |y| (gamma_H / 2 + 10 u32) since s = (ms + eps)^-1/2 halves the relative error of ms;
 //         with a residual also |y(rounded z) - y(z)|: kernels normalise the stored (rounded) sum.
 //   intermediate: an extra rounding of z * s to act, then scaled by the weight: |w| * 0.5 ulp(|z s|).
-void model_row(const NormRow& row, DType act, bool residual, std::span<double> base,
-               std::span<double> inter) {
+//   scaled, weight, scaled_rounded_z, ref_rounded_z: what the statistical tier evaluates the declared
+//         rounding skeleton from (section 9).
+struct RowModel {
+  std::span<double> base, inter, scaled, weight, scaled_rz, ref_rz;
+};
+
+void model_row(const NormRow& row, DType act, bool residual, const RowModel& out) {
   const auto h = static_cast<std::int64_t>(row.z.size());
   const double rel = 0.5 * gamma(h, kU32) + 10 * kU32;
   const double s = exact_scale(row.z, row.eps);
@@ -114,13 +119,17 @@ void model_row(const NormRow& row, DType act, bool residual, std::span<double> b
   for (auto& v : zr) v = rnd(act, v);
   const double sr = exact_scale(zr, row.eps);
   for (std::size_t i = 0; i < row.z.size(); ++i) {
-    const double y = row.z[i] * s * row.w[i];
+    const double y = row.z[i] * s * row.w[i], yr = zr[i] * sr * row.w[i];
     // fp32 products that land in fp32's subnormal range (fp32 and bf16 activations) round with an absolute
     // error up to 2^-150 each: z * s (then scaled by the weight) and the product with the weight.
-    base[i] = rel * std::fabs(y) + (residual ? std::fabs(zr[i] * sr * row.w[i] - y) : 0.0) +
-              (std::fabs(row.w[i]) + 1) * 0x1p-150;
+    out.base[i] =
+        rel * std::fabs(y) + (residual ? std::fabs(yr - y) : 0.0) + (std::fabs(row.w[i]) + 1) * 0x1p-150;
     const double pre = std::fabs(row.z[i] * s) * (1 + rel + 2 * unit_roundoff(act));
-    inter[i] = std::fabs(row.w[i]) * 0.5 * ulp(act, pre);
+    out.inter[i] = std::fabs(row.w[i]) * 0.5 * ulp(act, pre);
+    out.scaled[i] = row.z[i] * s;
+    out.weight[i] = row.w[i];
+    out.scaled_rz[i] = residual ? zr[i] * sr : out.scaled[i];
+    out.ref_rz[i] = residual ? yr : y;
   }
 }
 
@@ -184,16 +193,21 @@ ErrorModels model_rows(const Case& c, const Outputs& ref) {
   const DType act = c.tensor(set.output).dtype();
   ErrorModel y;
   y.dtype = act;
-  y.base.resize(static_cast<std::size_t>(set.rows * set.width));
-  y.intermediate.resize(y.base.size());
+  const auto n = static_cast<std::size_t>(set.rows * set.width);
+  for (auto* v : {&y.base, &y.intermediate, &y.scaled, &y.weight, &y.scaled_rounded_z, &y.ref_rounded_z})
+    v->resize(n);
   for (const auto& part : set.parts) {
     const std::int64_t h = part.x->size(1);
+    y.row_length = h;
     for (std::int64_t r = 0; r < set.rows; ++r) {
       const auto at = static_cast<std::size_t>(r * set.width + part.column);
+      const auto span = [&](std::vector<double>& v) {
+        return std::span(v).subspan(at, static_cast<std::size_t>(h));
+      };
       const NormRow row = load_row(*part.x, part.residual, *part.w, set.mode, set.eps, r);
       model_row(row, act, part.residual != nullptr,
-                std::span(y.base).subspan(at, static_cast<std::size_t>(h)),
-                std::span(y.intermediate).subspan(at, static_cast<std::size_t>(h)));
+                {span(y.base), span(y.intermediate), span(y.scaled), span(y.weight), span(y.scaled_rounded_z),
+                 span(y.ref_rounded_z)});
     }
   }
   ErrorModels m;
@@ -373,7 +387,8 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
   o.dtype = a.act;
   lse.dtype = DType::kF32;
   const std::size_t n_o = c.tensor("o").numel() > 0 ? static_cast<std::size_t>(c.tensor("o").numel()) : 0;
-  for (auto* v : {&o.base, &o.p_rounding, &o.kv_dequant_rounding, &o.partials_rounding, &o.baseline})
+  for (auto* v : {&o.base, &o.p_rounding, &o.kv_dequant_rounding, &o.partials_rounding, &o.baseline,
+                  &o.typical_p, &o.typical_kv, &o.variance_p, &o.variance_kv})
     v->assign(n_o, 0);
   const std::size_t n_l = n_o / std::max<std::size_t>(dim, 1);
   for (auto* v : {&lse.base, &lse.p_rounding, &lse.kv_dequant_rounding, &lse.baseline}) v->assign(n_l, 0);
@@ -411,13 +426,17 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
         double row_naive = 0;
         const double c_base = (5.0 * static_cast<double>(n) + 32) * kU32;
         for (std::size_t d = 0; d < dim; ++d) {
-          double mw = 0, vmax = 0, v_lo = 0, v_hi = 0;
+          double mw = 0, vmax = 0, v_lo = 0, v_hi = 0, p2v2 = 0, p2v = 0, p2 = 0;
           for (std::int64_t key = lo; key < hi; ++key) {
             const double vs = v[static_cast<std::size_t>(key) * dim + d], vd = std::fabs(vs);
-            mw += logit[static_cast<std::size_t>(key - lo)] / z * vd;
+            const double pt = logit[static_cast<std::size_t>(key - lo)] / z;
+            mw += pt * vd;
             vmax = std::max(vmax, vd);
             v_lo = std::min(v_lo, vs);
             v_hi = std::max(v_hi, vs);
+            p2v2 += pt * pt * vd * vd;
+            p2v += pt * pt * vd;
+            p2 += pt * pt;
           }
           const std::size_t i = row * dim + d;
           const SoftmaxRow sr{mw, vmax, v_hi - v_lo};
@@ -431,6 +450,18 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
           o.kv_dequant_rounding[i] =
               fp8 ? ua * m2 + sub + (sr.shift(ds + dk) - sr.shift(ds)) + (c_base + 2 * ua) * (m2 - m1) : 0.0;
           o.partials_rounding[i] = ua * m1 + sub;
+          // Statistical tier (section 9): the same terms split into what stays worst case and the rounding
+          // errors taken as independent, mean zero, each within u_a of its weight (hypothesis H). P rounded:
+          // c_t = u_a p~_t (|v_td| + |o_d|) (kernels normalise by the sum of unrounded or of rounded P);
+          // V rounded: c_t = u_a p~_t |v_td|; p~_t <= exp(2 e) p_t for the weights the logit error left.
+          const double grow = std::exp(std::min(4 * (ds + dk), 700.0)),
+                       od = std::isfinite(ref_o[i]) ? std::fabs(ref_o[i]) : 0.0;
+          o.typical_p[i] = static_cast<double>(n) * sub * vmax;
+          o.variance_p[i] = ua * ua * grow * (p2v2 + 2 * od * p2v + od * od * p2);
+          if (fp8) {
+            o.typical_kv[i] = sub + (sr.shift(ds + dk) - sr.shift(ds)) + (c_base + 2 * ua) * (m2 - m1);
+            o.variance_kv[i] = ua * ua * grow * p2v2;
+          }
           if (std::isfinite(nv_o[i]) && std::isfinite(ref_o[i]))
             row_naive = std::max(row_naive, std::fabs(nv_o[i] - ref_o[i]));
         }

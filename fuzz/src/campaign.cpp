@@ -64,6 +64,7 @@ class Campaign {
   void judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
              std::vector<std::pair<const Backend*, Outputs>>& outputs);
   void on_failure(const Backend& b, const CaseSpec& spec, const PreparedCase& p, const Evaluation& e);
+  void statistical_class_findings();
   void commit(std::uint64_t k, Stats s);
   void checkpoint();
   void monitor();
@@ -191,10 +192,52 @@ void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& sp
   }
   ++stats.checks;
   live_checks_.fetch_add(1);
-  s.record(e, p.input.index);
+  s.record(e, p.input.index, shape_class(spec));
   add_drift(s.drift[drift_format(spec)], p.input.index, e);
   if (!e.outputs.empty()) outputs.emplace_back(&b, e.outputs);
   if (is_failure(e.verdict)) on_failure(b, spec, p, e);
+}
+
+// Over the cases of one shape class (docs/ORACLE.md section 9): a class whose count of cases at or below the
+// case level, or whose share of elements off the correctly rounded reference, is improbable for a correct
+// kernel (judge_class) is a finding, bundled with the case that shows it most. Decided once discovery has
+// ended, on the committed statistics.
+void Campaign::statistical_class_findings() {
+  Stats committed;
+  {
+    std::lock_guard lock(mu_);
+    committed = committed_;
+  }
+  for (const Backend* b : sel_.backends) {
+    const auto it = committed.backends.find(std::string(b->name()));
+    if (it == committed.backends.end()) continue;
+    for (const auto& [shape, c] : it->second.stat_classes) {
+      const std::optional<ClassJudgement> beyond = judge_class(c, shape);
+      const std::string sig = signature_of(b->op(), b->name(), Verdict::kBeyondStatisticalBound, shape);
+      if (!beyond || findings_.find(sig)) continue;
+      const std::uint64_t index = beyond->case_index;
+      const DrawnCase drawn = draw_locked(b->op(), opts_.seed, index, opts_.gen);
+      Case pristine = materialize(drawn.spec);
+      pristine.seed = opts_.seed, pristine.index = index;
+      const PreparedCase p = prepare(std::move(pristine));
+      Evaluation e = evaluate(*b, p);
+      e.detail = fmt::format("{}{}{}", beyond->why, e.detail.empty() ? "" : ": ", e.detail);
+      const reports::FindingReport report{finding_id(b->name(), Verdict::kBeyondStatisticalBound, sig),
+                                          std::string(op_name(b->op())),
+                                          std::string(b->name()),
+                                          std::string(verdict_name(Verdict::kBeyondStatisticalBound)),
+                                          shape,
+                                          e.detail,
+                                          e.worst_ratio,
+                                          opts_.seed,
+                                          index,
+                                          elapsed(),
+                                          0,
+                                          "",
+                                          stream_replay_command(b->op(), opts_.seed, index, b->name())};
+      if (findings_.add(sig, report)) findings_.save_bundle(sig, *b, drawn.spec, p.input, e, 0, false);
+    }
+  }
 }
 
 // The first case of a new signature becomes a finding, journaled and bundled (drawn case) at once.
@@ -281,6 +324,12 @@ CampaignResult Campaign::run() {
   for (auto& t : threads) t.join();
   checkpoint();
   if (!interrupted()) {
+    try {
+      statistical_class_findings();
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mu_);
+      internal_errors_.push_back(fmt::format("internal error in the statistical class check: {}", e.what()));
+    }
     auto errors = shrink_phase(findings_, opts_, jobs());
     std::lock_guard lock(mu_);
     internal_errors_.insert(internal_errors_.end(), errors.begin(), errors.end());

@@ -7,7 +7,19 @@ namespace driftcheck::fuzz {
 
 using nlohmann::json;
 
-void BackendStats::record(const Evaluation& e, std::uint64_t index) {
+namespace {
+
+json class_json(const StatisticalClass& c) {
+  return {{"cases", c.cases}, {"low", c.low}, {"min_p", number_json(c.min_p)}, {"min_case", c.min_case}};
+}
+
+StatisticalClass class_from_json(const json& j) {
+  return {j.at("cases"), j.at("low"), number_from_json(j.at("min_p")), j.at("min_case")};
+}
+
+}  // namespace
+
+void BackendStats::record(const Evaluation& e, std::uint64_t index, const std::string& shape) {
   ++run;
   if (e.verdict == Verdict::kPass)
     ++passed;
@@ -15,10 +27,14 @@ void BackendStats::record(const Evaluation& e, std::uint64_t index) {
     ++failures[std::string(verdict_name(e.verdict))];
   if (e.worst_ratio > worst_ratio || std::isnan(e.worst_ratio))
     worst_ratio = e.worst_ratio, worst_case = index;
+  // Only cases within the worst-case bound carry statistical results (a failing case already is a finding).
+  if (e.verdict == Verdict::kPass || e.verdict == Verdict::kBeyondStatisticalBound)
+    stat_classes[shape].add(e.stat_p_value, index);
 }
 
 void BackendStats::merge(const BackendStats& o) {
   run += o.run, unsupported += o.unsupported, passed += o.passed, seconds += o.seconds;
+  for (const auto& [c, t] : o.stat_classes) stat_classes[c].merge(t);
   for (const auto& [r, n] : o.reasons) reasons[r] += n;
   for (const auto& [v, n] : o.failures) failures[v] += n;
   for (const auto& [f, d] : o.drift) drift[f].merge(d);
@@ -32,6 +48,8 @@ void BackendStats::merge(const BackendStats& o) {
 json BackendStats::to_json() const {
   json d = json::object();
   for (const auto& [f, s] : drift) d[f] = reports::to_json(s);
+  json classes = json::object();
+  for (const auto& [c, t] : stat_classes) classes[c] = class_json(t);
   return {{"run", run},
           {"unsupported", unsupported},
           {"passed", passed},
@@ -40,7 +58,8 @@ json BackendStats::to_json() const {
           {"worst_ratio", number_json(worst_ratio)},
           {"worst_case", worst_case},
           {"seconds", seconds},
-          {"drift", d}};
+          {"drift", d},
+          {"stat_classes", classes}};
 }
 
 BackendStats BackendStats::from_json(const json& j) {
@@ -53,6 +72,8 @@ BackendStats BackendStats::from_json(const json& j) {
   // Journals written before drift statistics existed resume with none for their cases.
   if (j.contains("drift"))
     for (const auto& [f, d] : j.at("drift").items()) s.drift[f] = reports::drift_stats_from_json(d);
+  if (j.contains("stat_classes"))  // journals written before the statistical tier have none
+    for (const auto& [c, t] : j.at("stat_classes").items()) s.stat_classes[c] = class_from_json(t);
   return s;
 }
 

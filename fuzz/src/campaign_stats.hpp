@@ -25,15 +25,16 @@ inline constexpr std::size_t kMaxReasons = 16;
 
 struct BackendStats {
   std::int64_t run = 0, unsupported = 0, passed = 0;
+  std::map<std::string, StatisticalClass> stat_classes;  // the statistical tier's counts by shape class
   std::map<std::string, std::int64_t> reasons, failures;
   double worst_ratio = 0;
   std::uint64_t worst_case = 0;
   double seconds = 0;
   std::map<std::string, reports::DriftStats> drift;  // by drift_format() of the case
 
-  // Folds in one judged (supported) evaluation of case `index`: run, passed or failures by verdict, worst
-  // ratio.
-  void record(const Evaluation& e, std::uint64_t index);
+  // Folds in one judged (supported) evaluation of case `index` of shape class `shape`: run, passed or
+  // failures by verdict, worst ratio, the statistical tier's class counts.
+  void record(const Evaluation& e, std::uint64_t index, const std::string& shape);
   void merge(const BackendStats& o);
   nlohmann::json to_json() const;
   static BackendStats from_json(const nlohmann::json& j);

@@ -49,7 +49,8 @@ std::string numerics_summary(const Backend& b) {
       b.op() == OpKind::kAttention
           ? fmt::format("p_rounded={} partials_rounded={} kv_dequant_rounded={} block_perm_invariant={}",
                         n.p_rounded, n.partials_rounded, n.kv_dequant_rounded, n.block_permutation_invariant)
-          : fmt::format("output_roundings={}", n.output_roundings);
+          : fmt::format("output_roundings={} reduction=threads {} vec {} warp {}", n.output_roundings,
+                        n.reduction.threads, n.reduction.vec, n.reduction.warp);
   return s + fmt::format(" deterministic={} batch_invariant={}", n.deterministic, n.batch_invariant);
 }
 

@@ -174,7 +174,7 @@ void Checker::judge(const ManifestCase& mc) {
     return;
   }
   ++stats_.checks;
-  s.record(e, mc.index);
+  s.record(e, mc.index, mc.shape_class);
   if (is_failure(e.verdict)) on_failure(mc, p, e);
 }
 

@@ -280,6 +280,18 @@ void measure(const PreparedCase& pc, const Numerics& n, Evaluation& ev) {
   }
 }
 
+// The statistical tier (section 9): outputs within the worst-case tolerance that no correct kernel with the
+// declared numerics writes but with probability <= kStatisticalAlpha.
+void check_statistical(const PreparedCase& pc, const Numerics& n, Evaluation& ev) {
+  const StatisticalResult s = judge_statistical(pc, n, ev.outputs);
+  ev.stat_p_value = s.p_value;
+  if (s.p_value > kStatisticalAlpha) return;
+  ev.verdict = Verdict::kBeyondStatisticalBound;
+  ev.detail = fmt::format("{}: {:.9g} vs reference {:.9g} {}; case p-value {:.3g} over {} elements",
+                          where(s.output, s.index, pc.reference.at(s.output).shape()), s.value, s.reference,
+                          s.why, s.p_value, s.elements);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Metamorphic contracts: bit-for-bit comparisons of output views.
 
@@ -456,6 +468,8 @@ std::string_view verdict_name(Verdict v) {
       return "block_permutation_variant";
     case Verdict::kFusedUnfusedDrift:
       return "fused_unfused_drift";
+    case Verdict::kBeyondStatisticalBound:
+      return "beyond_statistical_bound";
   }
   return "unknown";
 }
@@ -512,6 +526,7 @@ Evaluation evaluate(const Backend& backend, const PreparedCase& pc, const EvalOp
   ev.verdict = check_storage(pc.input, run, &ev.detail);
   if (ev.verdict == Verdict::kPass) ev.verdict = check_specials(pc, ev.outputs, &ev.detail);
   measure(pc, backend.numerics(), ev);
+  if (ev.verdict == Verdict::kPass && opts.statistical) check_statistical(pc, backend.numerics(), ev);
   if (ev.verdict == Verdict::kPass && opts.metamorphic) check_metamorphic(backend, pc, run, ev);
   return ev;
 }

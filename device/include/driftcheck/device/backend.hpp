@@ -55,6 +55,17 @@ struct Support {
   static Support no(std::string why) { return {false, std::move(why)}; }
 };
 
+// How a kernel reduces a row (rmsnorm family: the sum of squares), as the statistical tier reads it
+// (docs/ORACLE.md section 9): `threads` partial sums, each accumulated sequentially over chunks of `vec`
+// consecutive elements (chunk c to thread c % threads), then combined by a shuffle tree within each warp of
+// `warp` lanes and the warp totals added one after another (cub's block reduction). The default, one thread,
+// is a sequential sum: the worst case, right for a kernel that declares nothing.
+struct ReductionShape {
+  int threads = 1;  // a kernel launching min(threads, H) threads
+  int vec = 1;      // the largest chunk a thread reads at once
+  int warp = 32;
+};
+
 // The numerics a backend declares; the oracle derives its tolerance from them (docs/ORACLE.md).
 struct Numerics {
   // rmsnorm family: roundings to the output format on the way to each output element (1: fp32 math, one final
@@ -66,6 +77,8 @@ struct Numerics {
   bool partials_rounded = false;
   // fp8 KV: dequantised K/V rounded to the activation dtype before the dot products (Triton unified).
   bool kv_dequant_rounded = false;
+  // rmsnorm family: the shape of the sum-of-squares reduction (statistical tier only).
+  ReductionShape reduction;
   // Metamorphic contracts the oracle checks bit for bit.
   bool deterministic = true;
   bool batch_invariant = true;  // a row's bits do not depend on the other rows/sequences in the batch

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,7 @@ enum class Verdict : std::uint8_t {
   kBatchVariant,             // a row's bits change with the rest of the batch
   kBlockPermutationVariant,  // permuting physical KV blocks (table updated) changed some bit
   kFusedUnfusedDrift,        // fused and unfused chains differ by more than their roundings explain
+  kBeyondStatisticalBound,   // within the worst-case tolerance, but improbable for a correct kernel
 };
 std::string_view verdict_name(Verdict v);
 bool is_failure(Verdict v);                               // everything but kPass and kUnsupported
@@ -56,7 +58,10 @@ struct Evaluation {
   std::string detail;  // one line: what failed where ("o[3, 5, 17]: 0.0312 vs 0.0287, 4.1x tolerance")
   std::vector<OutputMetrics> metrics;
   double worst_ratio = 0;  // max over outputs
-  Outputs outputs;         // what the backend wrote (fp64, logical shapes); empty when it did not run
+  // Statistical tier: a bound on the probability that a correct kernel with the declared numerics writes
+  // outputs this improbable (1 when nothing is; kBeyondStatisticalBound at or below kStatisticalAlpha).
+  double stat_p_value = 1;
+  Outputs outputs;  // what the backend wrote (fp64, logical shapes); empty when it did not run
 };
 
 // Per-element terms of the error model of one output (docs/ORACLE.md derives each). Vectors are row-major
@@ -75,6 +80,17 @@ struct ErrorModel {
   std::vector<double>
       partials_rounding;         // attention: split-KV partial outputs stored in the activation dtype
   std::vector<double> baseline;  // attention: the naive baseline's error scale (FlashAttention's rule)
+
+  // The statistical tier's view of the same output (docs/ORACLE.md section 9); empty where it adds nothing to
+  // the worst-case tier.
+  // rmsnorm family: per element z_i s and w'_i (exact), and the same pair and the result computed from z
+  // rounded to the activation dtype (residual cases: the fused-add path); the length of each element's row.
+  std::vector<double> scaled, weight, scaled_rounded_z, ref_rounded_z;
+  std::int64_t row_length = 0;
+  // attention o: the systematic (worst-case) parts of the P and KV-dequantisation terms, and the variance
+  // proxies (Hoeffding: the sum of squared bounds) of their random parts: P rounded to the activation dtype,
+  // V rounded to it after dequantisation.
+  std::vector<double> typical_p, typical_kv, variance_p, variance_kv;
 };
 using ErrorModels = std::map<std::string, ErrorModel, std::less<>>;
 
@@ -99,7 +115,58 @@ PreparedCase prepare(Case c);
 
 struct EvalOptions {
   bool metamorphic = true;  // also run determinism / block-permutation / batch-invariance checks
+  bool statistical = true;  // also run the statistical tier (section 9) on outputs within tolerance
 };
+
+// ---------------------------------------------------------------------------------------------------------------
+// The statistical tier (docs/ORACLE.md section 9).
+
+// Its false-alarm rate per check: a correct kernel (under hypothesis H) is flagged with probability at most
+// this on any one backend-case.
+inline constexpr double kStatisticalAlpha = 1e-9;
+
+struct StatisticalResult {
+  double p_value = 1;        // Bonferroni over the elements: min(1, N min_i p_i)
+  std::size_t elements = 0;  // N: elements judged (finite reference and output, outputs with a model)
+  std::string output;        // the most improbable element, and why
+  std::int64_t index = -1;   // row-major
+  double value = 0, reference = 0;
+  std::string why;
+};
+
+// Over a campaign's cases of one shape class (section 9): a correct kernel's case p-value is at most this
+// with probability at most this, independently from case to case (cases are independent draws). A class
+// whose count of such cases has a binomial tail at most kStatisticalAlpha is a finding.
+inline constexpr double kStatisticalCaseLevel = 1e-3;
+// Chernoff's bound on P(Binomial(n, level) >= x): exp(-n KL(x / n || level)) when x / n > level, else 1.
+double binomial_tail_bound(std::int64_t n, std::int64_t x, double level);
+
+// The statistical tier over a campaign's cases of one shape class (section 9): how many it judged, how many
+// had a case p-value at or below kStatisticalCaseLevel, and the most improbable case. Mergeable in any
+// grouping.
+struct StatisticalClass {
+  std::int64_t cases = 0, low = 0;
+  double min_p = 1;
+  std::uint64_t min_case = 0;
+
+  void add(double p_value, std::uint64_t index);  // one case
+  void merge(const StatisticalClass& o);
+};
+
+// A class beyond the statistical bound (binomial tail at or below kStatisticalAlpha): the tail, the case to
+// bundle (the most improbable) and one line saying why.
+struct ClassJudgement {
+  double tail;
+  std::uint64_t case_index;
+  std::string why;
+};
+std::optional<ClassJudgement> judge_class(const StatisticalClass& c, std::string_view shape);
+
+// Longest chain of roundings an element of a row of h values goes through in a sum of squares reduced as
+// `r` declares (its square, its thread's chunks, the warp tree, the warp totals); h for a sequential sum.
+std::int64_t reduction_depth(std::int64_t h, const ReductionShape& r);
+// The statistical tier on the outputs of a backend with numerics n.
+StatisticalResult judge_statistical(const PreparedCase& pc, const Numerics& n, const Outputs& outputs);
 
 // Runs `backend` on a clone of the prepared case and judges it. Never throws for backend failures (they
 // become verdicts); throws only on internal errors.
