@@ -220,6 +220,8 @@ nlohmann::json finding_json(const FindingRecord& f, OpKind op) {
           {"case_index", f.case_index},
           {"shape_class", f.shape_class},
           {"shrink_steps", f.shrink_steps},
+          {"shrink_tries", f.shrink_tries},
+          {"shape", f.shape},
           {"replay", f.replay},
           {"replay_stream", f.replay_stream}};
 }

@@ -235,7 +235,7 @@ void Campaign::statistical_class_findings() {
                                           0,
                                           "",
                                           stream_replay_command(b->op(), opts_.seed, index, b->name())};
-      if (findings_.add(sig, report)) findings_.save_bundle(sig, *b, drawn.spec, p.input, e, 0, false);
+      if (findings_.add(sig, report)) findings_.save_bundle(sig, *b, drawn.spec, p.input, e, {}, false);
     }
   }
 }
@@ -260,7 +260,7 @@ void Campaign::on_failure(const Backend& b, const CaseSpec& spec, const Prepared
                                       "",
                                       stream_replay_command(spec.op, opts_.seed, p.input.index, b.name()),
                                       false};
-  if (findings_.add(sig, report)) findings_.save_bundle(sig, b, spec, p.input, e, 0, false);
+  if (findings_.add(sig, report)) findings_.save_bundle(sig, b, spec, p.input, e, {}, false);
 }
 
 // Cases finish out of order across workers; they fold into `committed_` strictly in index order so a

@@ -46,6 +46,8 @@ void Findings::load(const json& r) {
       f.report.bundle = r.at("bundle"), f.report.replay = r.at("replay");
       f.report.detail = r.at("detail"), f.report.worst_ratio = number_from_json(r.at("worst_ratio"));
       f.report.shrink_steps = r.at("shrink_steps");
+      f.report.shrink_tries = r.value("shrink_tries", 0), f.report.shape = r.value("shape", "");
+      f.report.shrink_minimal = r.value("shrink_minimal", false);
       f.shrunk = f.report.shrunk = r.value("shrunk", false);
     }
   }
@@ -72,8 +74,7 @@ bool Findings::add(const std::string& signature, const reports::FindingReport& r
 }
 
 void Findings::save_bundle(const std::string& signature, const Backend& b, const CaseSpec& spec,
-                           const Case& pristine, const Evaluation& e, std::int64_t shrink_steps,
-                           bool shrunk) {
+                           const Case& pristine, const Evaluation& e, ShrinkCounts shrink, bool shrunk) {
   std::string id;
   std::uint64_t seed = 0, index = 0;
   {
@@ -90,13 +91,16 @@ void Findings::save_bundle(const std::string& signature, const Backend& b, const
                     stream_replay_command(spec.op, seed, index, b.name()),
                     seed,
                     index,
-                    shrink_steps,
+                    shrink.accepted,
+                    shrink.tried,
+                    shape_line(spec),
                     e};
   write_bundle(dir, spec, pristine, rec);
   std::lock_guard lock(mu_);
   auto& f = by_signature_.at(signature);
   f.bundled = true, f.shrunk = f.report.shrunk = shrunk;
-  f.report.bundle = rel, f.report.replay = rec.replay, f.report.shrink_steps = shrink_steps;
+  f.report.bundle = rel, f.report.replay = rec.replay, f.report.shrink_steps = shrink.accepted;
+  f.report.shrink_tries = shrink.tried, f.report.shrink_minimal = shrink.minimal, f.report.shape = rec.shape;
   f.report.detail = e.detail, f.report.worst_ratio = e.worst_ratio;
   journal_->append({{"type", "bundle"},
                     {"id", id},
@@ -105,7 +109,10 @@ void Findings::save_bundle(const std::string& signature, const Backend& b, const
                     {"detail", f.report.detail},
                     {"worst_ratio", number_json(f.report.worst_ratio)},
                     {"shrunk", shrunk},
-                    {"shrink_steps", shrink_steps},
+                    {"shrink_steps", shrink.accepted},
+                    {"shrink_tries", shrink.tried},
+                    {"shrink_minimal", shrink.minimal},
+                    {"shape", rec.shape},
                     {"bundle_shape_class", rec.shape_class}});
 }
 

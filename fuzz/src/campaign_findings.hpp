@@ -20,6 +20,13 @@
 
 namespace driftcheck::fuzz {
 
+// What the shrink of a finding did: candidates accepted (each a smaller case that still fails) and tried, and
+// whether it ended at a minimum (a whole pass of candidates accepted nothing) rather than on its budget.
+struct ShrinkCounts {
+  std::int64_t accepted = 0, tried = 0;
+  bool minimal = false;
+};
+
 struct FindingState {
   reports::FindingReport report;
   bool bundled = false;  // a bundle (drawn or shrunk) is on disk
@@ -43,7 +50,7 @@ class Findings {
   bool add(const std::string& signature, const reports::FindingReport& report);
   // Writes (or replaces) the finding's bundle and journals it.
   void save_bundle(const std::string& signature, const Backend& b, const CaseSpec& spec, const Case& pristine,
-                   const Evaluation& e, std::int64_t shrink_steps, bool shrunk);
+                   const Evaluation& e, ShrinkCounts shrink, bool shrunk);
 
   std::optional<FindingState> find(const std::string& signature) const;
   std::map<std::string, FindingState> snapshot() const;  // by signature

@@ -102,9 +102,13 @@ void print_summary(const CampaignOptions& opts, const reports::Report& r) {
   o << fmt::format("\n{} cases, {} checks in {:.1f} s ({:.0f} checks/s); {} distinct findings\n", r.cases,
                    r.checks, r.seconds, r.seconds > 0 ? static_cast<double>(r.checks) / r.seconds : 0.0,
                    r.findings.size());
-  for (const auto& f : r.findings)
+  for (const auto& f : r.findings) {
     o << fmt::format("  {} {} {} -> {}\n", f.backend, f.verdict, f.shape_class,
                      f.bundle.empty() ? f.replay : (opts.out_dir / f.bundle).string());
+    if (!f.shape.empty())
+      o << fmt::format("    repro: {} ({} shrinks accepted of {} tried{})\n", f.shape, f.shrink_steps,
+                       f.shrink_tries, f.shrink_minimal ? ", minimal" : "");
+  }
   if (opts.include_mutants) {
     o << "time to first finding per mutant:\n";
     for (const auto& b : r.backends) {

@@ -52,6 +52,9 @@ nlohmann::json finding_json(const FindingReport& f) {
           {"case_index", f.case_index},
           {"found_after_s", f.found_after_s},
           {"shrink_steps", f.shrink_steps},
+          {"shrink_tries", f.shrink_tries},
+          {"shrink_minimal", f.shrink_minimal},
+          {"shape", f.shape},
           {"bundle", f.bundle},
           {"replay", f.replay},
           {"shrunk", f.shrunk}};
@@ -94,9 +97,10 @@ void markdown_findings(const Report& r, std::string& md) {
       "| id | backend | verdict | shape class | worst ratio | case | detail | replay |\n"
       "|---|---|---|---|---:|---|---|---|\n";
   for (const auto& f : r.findings) {
-    md += fmt::format("| {} | {} | {} | {} | {:.3g} | seed {} case {} | {} | `{}` |\n", f.id, f.backend,
-                      f.verdict, f.shape_class, f.worst_ratio, f.seed, f.case_index, cell(f.detail),
-                      cell(f.replay));
+    md +=
+        fmt::format("| {} | {} | {} | {} | {:.3g} | seed {} case {}{} | {} | `{}` |\n", f.id, f.backend,
+                    f.verdict, f.shape_class, f.worst_ratio, f.seed, f.case_index,
+                    f.shape.empty() ? "" : cell(" (repro: " + f.shape + ")"), cell(f.detail), cell(f.replay));
   }
   md += "\n";
 }

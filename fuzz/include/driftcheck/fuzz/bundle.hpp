@@ -43,8 +43,10 @@ struct FindingRecord {
   std::string replay_stream;  // replays the drawn (unshrunk) case from the stream
   std::uint64_t seed = 0;
   std::uint64_t case_index = 0;
-  std::int64_t shrink_steps = 0;
-  Evaluation evaluation;  // verdict, detail, metrics (outputs are not stored)
+  std::int64_t shrink_steps = 0;  // shrinks accepted
+  std::int64_t shrink_tries = 0;  // candidates evaluated
+  std::string shape;              // shape_line() of the bundled case
+  Evaluation evaluation;          // verdict, detail, metrics (outputs are not stored)
 };
 nlohmann::json finding_json(const FindingRecord& f, OpKind op);
 

@@ -46,7 +46,9 @@ struct CampaignOptions {
   int jobs = 0;  // 0: one per hardware thread
   std::filesystem::path out_dir = "driftcheck-out";
   bool resume = false;
-  int shrink_steps = 200;                // evaluations the shrink of one finding may spend
+  int shrink_steps = 1000;  // evaluations the shrink of one finding may spend
+  // A shrink spends at most this long on one finding, so one huge attention case cannot eat the whole phase.
+  double shrink_seconds_per_finding = 10.0;
   std::optional<double> shrink_seconds;  // shrink phase after discovery; default 25% of seconds (>= 5 s)
   double checkpoint_seconds = 2.0;       // progress records in the journal
   std::string command_line;              // recorded in the report

@@ -97,4 +97,16 @@ std::recursive_mutex& generation_mutex();
 // A short class of the case's shape for deduplicating findings ("attn/decode/gqa4/bs544/fp8_e4m3fn").
 std::string shape_class(const CaseSpec& s);
 
+// The one-step smaller variants of s a shrinker tries (docs/CAMPAIGN.md "Findings, deduplication,
+// shrinking"), in this order: the structure that makes a repro big (attention: halves of the batch, each
+// sequence dropped, each context and query shortened, KV heads, the GQA ratio, head size, block size; the
+// norm family: rows and widths), then features and layouts (softcap, window, sinks, scales, table slices,
+// poison, shared KV storage, fused q, row padding, offsets), then the value distribution. A candidate may
+// leave a backend's supported space; the shrinker then skips it.
+std::vector<CaseSpec> shrink_candidates(const CaseSpec& s);
+
+// The case's shape in one line, for shrunk repros in reports ("attention bf16, kv fp8_e4m3fn, 1 seq (query
+// 1, context 17), heads 2/1, head_dim 16, block_size 16").
+std::string shape_line(const CaseSpec& s);
+
 }  // namespace driftcheck::fuzz

@@ -61,10 +61,13 @@ struct FindingReport {
   std::uint64_t seed = 0;
   std::uint64_t case_index = 0;
   double found_after_s = 0;
-  std::int64_t shrink_steps = 0;
-  std::string bundle;   // directory of the repro bundle, relative to the campaign directory
-  std::string replay;   // command that reproduces it alone
-  bool shrunk = false;  // the bundle holds the shrunk case (the shrink phase handled it)
+  std::int64_t shrink_steps = 0;  // shrinks accepted on the way to the bundled case
+  std::string bundle;             // directory of the repro bundle, relative to the campaign directory
+  std::string replay;             // command that reproduces it alone
+  bool shrunk = false;            // the bundle holds the shrunk case (the shrink phase handled it)
+  std::int64_t shrink_tries = 0;  // shrink candidates evaluated
+  bool shrink_minimal = false;    // the shrink ended at a minimum (no candidate step still failed)
+  std::string shape{};            // the bundled case's shape in one line (fuzz::shape_line)
 };
 
 // Largest divergence in ulps of the output format between two backends of one op, over the cases both ran.
