@@ -7,8 +7,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -61,8 +64,11 @@ const Registry& test_registry() {
   return reg;
 }
 
+// Per process: the suites of several build trees (release, ASan, other checkouts) may run at once on a
+// machine.
 std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("driftcheck_campaign_test_" + name);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("driftcheck_campaign_test_" + std::to_string(::getpid()) + "_" + name);
   std::filesystem::remove_all(dir);
   return dir;
 }
@@ -176,27 +182,34 @@ std::vector<std::string> lines_of(const std::filesystem::path& p) {
   return lines;
 }
 
+// The "killed" run is built from two runs whose journals do not depend on timing: the first quarter of the
+// cases, then resumed to half of them. Its journal is cut back to the first run's last checkpoint (written
+// once discovery of the quarter ended, so it exists however the monitor's ticks fell), keeping every finding
+// record (they were flushed before the kill), report files gone, and a torn half-line at the end.
 TEST(Campaign, ResumeAfterAKillWithATornLineLosesNothing) {
   const std::string globs = "test.rmsnorm.exact,test.rmsnorm.zero";
   const auto full = run_campaign(options(fresh_dir("resume_full"), globs, kCases));
 
-  // The "killed" run: half the cases, then its journal cut back to an early checkpoint (every finding record
-  // kept: they were flushed before the kill), report files gone, and a torn half-line at the end.
   const auto dir = fresh_dir("resume_cut");
-  (void)run_campaign(options(dir, globs, kCases / 2));
+  (void)run_campaign(options(dir, globs, kCases / 4));
+  auto half = options(dir, globs, kCases / 2);
+  half.resume = true;
+  (void)run_campaign(half);
   const auto journal = dir / "journal.jsonl";
   std::vector<std::string> kept;
-  bool checkpoint_kept = false;
+  std::optional<std::string> checkpoint;
+  std::size_t findings_after_checkpoint = 0;
   for (const auto& line : lines_of(journal)) {
     const auto j = nlohmann::json::parse(line);
     const std::string type = j.at("type");
-    if (type == "end") continue;
-    if (type == "progress") {
-      if (checkpoint_kept || j.at("completed") == kCases / 2) continue;
-      checkpoint_kept = true;
-    }
-    kept.push_back(line);
+    if (type == "progress" && j.at("completed") == kCases / 4) checkpoint = line;
+    if (type == "finding" && j.at("case_index") >= kCases / 4) ++findings_after_checkpoint;
+    if (type != "progress" && type != "end") kept.push_back(line);
   }
+  ASSERT_TRUE(checkpoint.has_value()) << "the first run's closing checkpoint";
+  // Without findings past the checkpoint the test would not show that resume keeps them.
+  ASSERT_GT(findings_after_checkpoint, 0u);
+  kept.push_back(*checkpoint);
   {
     std::ofstream out(journal, std::ios::trunc);
     for (const auto& l : kept) out << l << "\n";
@@ -292,6 +305,21 @@ TEST(Bundle, TensorFileKeepsAliasingGuardsAndBytes) {
   EXPECT_EQ(back.at("x").strides(), (Shape{12, 1}));
   EXPECT_EQ(back.at("x").offset(), 3);
   EXPECT_EQ(back.at("w").dtype(), DType::kBF16);
+}
+
+// An empty storage (a zero-row case's output) reads back empty; found by fuzz_tensors under UBSan (memcpy
+// from an empty vector's null data()).
+TEST(Bundle, TensorFileKeepsEmptyStorages) {
+  const auto dir = fresh_dir("empty_tensors");
+  std::filesystem::create_directories(dir);
+  Case c;
+  c.op = OpKind::kRmsNorm;
+  c.tensors["y"] = Tensor::view(std::make_shared<Storage>(DType::kBF16, 0), {0, 8}, {8, 1}, 0);
+  write_tensors(dir / "t.bin", c);
+  const auto back = read_tensors(dir / "t.bin");
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_TRUE(back.at("y").storage()->bytes.empty());
+  EXPECT_EQ(back.at("y").shape(), (Shape{0, 8}));
 }
 
 void expect_bundle_error(const std::filesystem::path& file, const std::string& content) {

@@ -214,6 +214,8 @@ TEST(BackendsFile, EveryProblemIsOneLineWithFileAndLine) {
        "test.toml:6: command \"no-such-program-here\" not found"},
       {header() + "[[backend]]\nname = \"x\"\nop = \"softmax\"\n", "unknown op \"softmax\""},
       {header() + "[[backend]]\nname = \"X Y\"\n", "name \"X Y\""},
+      // toml++ quotes what it stopped at, a line break included (found by fuzz_backends_file).
+      {header() + "[[backend]]\nname = \"x\"\ngqa = tru\n", "expected 'true', saw 'tru\\n'"},
   };
   for (const auto& [text, message] : cases) {
     try {

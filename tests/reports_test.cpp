@@ -2,12 +2,16 @@
 // numbers (tables intact even when details contain '|'), and atomic file replacement.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/reports/json_text.hpp"
 #include "driftcheck/reports/report.hpp"
 
 namespace driftcheck::reports {
@@ -82,6 +86,25 @@ TEST(ReportJson, CarriesFormatVersionAndEveryCount) {
   EXPECT_EQ(j.at("errors").size(), 1u);
 }
 
+// One encoding of non-finite numbers in every JSON file driftcheck writes (json_text.hpp): the strings "inf",
+// "-inf" and "nan", never null (which nlohmann's dump writes for them) and never a bare token JSON lacks.
+TEST(ReportJson, NonFiniteNumbersAreTheStringsEveryFileUses) {
+  Report r = sample();
+  r.backends[1].worst_ratio = std::numeric_limits<double>::infinity();
+  r.findings[0].worst_ratio = std::numeric_limits<double>::infinity();
+  r.divergence[0].max_ulps = -std::numeric_limits<double>::quiet_NaN();
+  const nlohmann::json j = nlohmann::json::parse(json_text(to_json(r)));
+  EXPECT_EQ(j.at("backends")[1].at("worst_ratio"), "inf");
+  EXPECT_EQ(j.at("findings")[0].at("worst_ratio"), "inf");
+  EXPECT_EQ(j.at("divergence_ulps")[0].at("max_ulps"), "nan");
+  EXPECT_EQ(number_json(-std::numeric_limits<double>::infinity()), "-inf");
+  for (const double v :
+       {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(), 2.5})
+    EXPECT_EQ(read_number_json(number_json(v)), v);
+  EXPECT_TRUE(std::isnan(*read_number_json(number_json(std::nan("")))));
+  EXPECT_FALSE(read_number_json("infinity").has_value());
+}
+
 TEST(ReportMarkdown, ShowsErrorsFindingsAndTheDivergenceMatrix) {
   const std::string md = to_markdown(sample());
   EXPECT_NE(md.find("ran zero cases"), std::string::npos);
@@ -118,7 +141,7 @@ TEST(WriteFileAtomic, ReplacesWholeFilesAndLeavesNoTemp) {
   write_reports(sample(), dir);
   EXPECT_EQ(nlohmann::json::parse(read(dir / "report.json")).at("seed"), 7);
   EXPECT_NE(read(dir / "report.md").find("# driftcheck campaign report"), std::string::npos);
-  EXPECT_THROW(write_file_atomic(dir / "missing" / "b.txt", "x"), std::runtime_error);
+  EXPECT_THROW(write_file_atomic(dir / "missing" / "b.txt", "x"), std::system_error);
   std::filesystem::remove_all(dir);
 }
 

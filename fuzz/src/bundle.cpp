@@ -1,17 +1,26 @@
 #include "driftcheck/fuzz/bundle.hpp"
 
+#include <fcntl.h>
+#include <stdio.h>
+
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include "driftcheck/reports/report.hpp"
+#include "driftcheck/fuzz/json_fields.hpp"
+#include "driftcheck/reports/file_io.hpp"
+#include "driftcheck/reports/json_text.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
+
+using reports::number_json;
 
 static_assert(std::endian::native == std::endian::little,
               "tensor files are written in host order: little-endian");
@@ -61,21 +70,22 @@ class Reader {
 
 std::string slurp(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw BundleError(fmt::format("cannot read {}", path.string()));
+  if (!in) throw BundleError(fmt::format("cannot read {}: {}", path.string(), std::strerror(errno)));
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
 
-nlohmann::json read_json(const std::filesystem::path& path, std::string_view format) {
-  auto j = nlohmann::json::parse(slurp(path), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    throw BundleError(fmt::format("{}: not a JSON object", path.string()));
-  if (j.value("format", "") != format)
-    throw BundleError(fmt::format("{}: format is not {}", path.string(), format));
-  if (j.value("format_version", 0) != kBundleFormatVersion)
-    throw BundleError(fmt::format("{}: format version {} (this driftcheck reads {})", path.string(),
-                                  j.value("format_version", 0), kBundleFormatVersion));
+// A JSON object of a bundle file with its format name and version checked.
+nlohmann::json parse_format(std::string_view text, const std::string& name, std::string_view format) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw BundleError(fmt::format("{}: not a JSON object", name));
+  const auto f = j.find("format");
+  if (f == j.end() || *f != format) throw BundleError(fmt::format("{}: format is not {}", name, format));
+  const auto v = j.find("format_version");
+  if (v == j.end() || !v->is_number_integer() || *v != kBundleFormatVersion)
+    throw BundleError(fmt::format("{}: format version {} (this driftcheck reads {})", name,
+                                  v == j.end() ? "missing" : v->dump(), kBundleFormatVersion));
   return j;
 }
 
@@ -94,7 +104,9 @@ std::shared_ptr<Storage> read_storage(Reader& r) {
       static_cast<std::uint64_t>(numel) > r.remaining() / static_cast<std::uint64_t>(dtype_size(dtype)))
     r.fail(fmt::format("storage of {} elements does not fit the file", numel));
   auto s = std::make_shared<Storage>(dtype, numel);
-  std::memcpy(s->bytes.data(), r.take(s->bytes.size(), "storage bytes"), s->bytes.size());
+  const std::size_t n = s->bytes.size();
+  const auto* bytes = r.take(n, "storage bytes");
+  if (n > 0) std::memcpy(s->bytes.data(), bytes, n);  // an empty storage's data() may be null
   return s;
 }
 
@@ -113,17 +125,17 @@ nlohmann::json tensor_layout_json(const Case& c) {
 
 nlohmann::json metrics_json(const OutputMetrics& m) {
   return {{"output", m.output},
-          {"max_abs", m.max_abs},
-          {"max_rel", m.max_rel},
-          {"max_ulps", m.max_ulps},
-          {"normwise", m.normwise},
-          {"mean_signed_ulps", m.mean_signed_ulps},
-          {"share_beyond", m.share_beyond},
-          {"worst_ratio", m.worst_ratio},
+          {"max_abs", number_json(m.max_abs)},
+          {"max_rel", number_json(m.max_rel)},
+          {"max_ulps", number_json(m.max_ulps)},
+          {"normwise", number_json(m.normwise)},
+          {"mean_signed_ulps", number_json(m.mean_signed_ulps)},
+          {"share_beyond", number_json(m.share_beyond)},
+          {"worst_ratio", number_json(m.worst_ratio)},
           {"worst_index", m.worst_index},
-          {"worst_value", m.worst_value},
-          {"worst_reference", m.worst_reference},
-          {"tolerance", m.worst_tolerance}};
+          {"worst_value", number_json(m.worst_value)},
+          {"worst_reference", number_json(m.worst_reference)},
+          {"tolerance", number_json(m.worst_tolerance)}};
 }
 
 // The output whose worst element is furthest beyond its tolerance: the headline of a finding.
@@ -164,8 +176,32 @@ void write_tensors(const std::filesystem::path& path, const Case& c) {
   reports::write_file_atomic(path, w.str());
 }
 
-std::map<std::string, Tensor, std::less<>> read_tensors(const std::filesystem::path& path) {
-  Reader r(slurp(path), path.string());
+namespace {
+
+// A view that stays inside its storage without overflowing int64 on the way (Tensor::view computes its last
+// element with plain arithmetic) and holds no more elements than its storage: driftcheck stores no
+// self-overlapping views, and the limit keeps every later allocation (reference, outputs) within the file's
+// size, whatever the file claims.
+void check_view(Reader& r, const std::string& name, const Shape& shape, const Shape& strides,
+                std::int64_t offset, std::int64_t storage_numel) {
+  std::int64_t numel = 1, last = offset;
+  bool overflow = offset < 0;
+  for (std::size_t d = 0; d < shape.size() && !overflow; ++d) {
+    if (shape[d] < 0 || strides[d] < 0)
+      r.fail(fmt::format("tensor {} has a negative extent or stride", name));
+    std::int64_t span = 0;
+    overflow = __builtin_mul_overflow(numel, shape[d], &numel) ||
+               (shape[d] > 0 && (__builtin_mul_overflow(shape[d] - 1, strides[d], &span) ||
+                                 __builtin_add_overflow(last, span, &last)));
+  }
+  if (overflow || numel > storage_numel)
+    r.fail(fmt::format("tensor {} does not fit its storage of {} elements", name, storage_numel));
+}
+
+}  // namespace
+
+std::map<std::string, Tensor, std::less<>> parse_tensors(std::string data, const std::string& name) {
+  Reader r(std::move(data), name);
   if (std::memcmp(r.take(sizeof kTensorMagic, "magic"), kTensorMagic, sizeof kTensorMagic) != 0)
     r.fail("not a driftcheck tensor file (bad magic)");
   const auto version = r.get<std::uint32_t>("version");
@@ -178,25 +214,29 @@ std::map<std::string, Tensor, std::less<>> read_tensors(const std::filesystem::p
   std::map<std::string, Tensor, std::less<>> tensors;
   for (std::uint32_t i = 0; i < n_views; ++i) {
     const auto len = r.get<std::uint32_t>("name length");
-    std::string name(r.take(len, "tensor name"), len);
+    std::string view_name(r.take(len, "tensor name"), len);
     const auto sidx = r.get<std::uint32_t>("storage index");
     if (sidx >= storages.size())
-      r.fail(fmt::format("tensor {} refers to storage {} of {}", name, sidx, n_storages));
+      r.fail(fmt::format("tensor {} refers to storage {} of {}", view_name, sidx, n_storages));
     const auto ndim = r.get<std::uint32_t>("rank");
-    if (ndim > kMaxDims) r.fail(fmt::format("tensor {} has rank {}", name, ndim));
+    if (ndim > kMaxDims) r.fail(fmt::format("tensor {} has rank {}", view_name, ndim));
     Shape shape = read_dims(r, ndim, "shape");
     Shape strides = read_dims(r, ndim, "strides");
     const auto offset = r.get<std::int64_t>("offset");
-    for (auto d : shape)
-      if (d < 0) r.fail(fmt::format("tensor {} has a negative extent", name));
+    check_view(r, view_name, shape, strides, offset, storages[sidx]->numel());
+    if (tensors.count(view_name)) r.fail(fmt::format("tensor {} appears twice", view_name));
     try {
-      tensors[name] = Tensor::view(storages[sidx], std::move(shape), std::move(strides), offset);
+      tensors[view_name] = Tensor::view(storages[sidx], std::move(shape), std::move(strides), offset);
     } catch (const InvalidArgument& e) {
-      r.fail(fmt::format("tensor {}: {}", name, e.what()));
+      r.fail(fmt::format("tensor {}: {}", view_name, e.what()));
     }
   }
   if (!r.done()) r.fail("trailing bytes after the last tensor");
   return tensors;
+}
+
+std::map<std::string, Tensor, std::less<>> read_tensors(const std::filesystem::path& path) {
+  return parse_tensors(slurp(path), path.string());
 }
 
 nlohmann::json finding_json(const FindingRecord& f, OpKind op) {
@@ -211,10 +251,10 @@ nlohmann::json finding_json(const FindingRecord& f, OpKind op) {
           {"backend", f.backend},
           {"verdict", verdict_name(e.verdict)},
           {"detail", e.detail},
-          {"worst_ratio", e.worst_ratio},
+          {"worst_ratio", number_json(e.worst_ratio)},
           {"worst_output", worst ? worst->output : ""},
           {"worst_index", worst ? worst->worst_index : std::vector<std::int64_t>{}},
-          {"tolerance", worst ? worst->worst_tolerance : 0.0},
+          {"tolerance", number_json(worst ? worst->worst_tolerance : 0.0)},
           {"metrics", metrics},
           {"seed", f.seed},
           {"case_index", f.case_index},
@@ -226,52 +266,167 @@ nlohmann::json finding_json(const FindingRecord& f, OpKind op) {
           {"replay_stream", f.replay_stream}};
 }
 
+namespace {
+
+void make_fresh_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (!ec) std::filesystem::create_directories(dir, ec);
+  if (ec) reports::throw_io_error(ec.value(), "cannot create directory", dir);
+}
+
+void rename_or_throw(const std::filesystem::path& from, const std::filesystem::path& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    reports::throw_io_error(errno, "cannot rename " + from.string() + " to", to);
+}
+
+// Puts the complete bundle `tmp` in place of `dir`. Where the filesystem can, one renameat2(RENAME_EXCHANGE)
+// swaps them, so `dir` is always one whole bundle, old or new, and `tmp` is left holding the old one.
+// Elsewhere the old bundle moves aside to dir.old first: a kill between the two renames leaves dir.old, which
+// the next run puts back (campaign_dir.cpp).
+void replace_dir(const std::filesystem::path& tmp, const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir)) return rename_or_throw(tmp, dir);
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    std::filesystem::remove_all(tmp, ec);
+    return;
+  }
+  if (errno != EINVAL && errno != ENOSYS) reports::throw_io_error(errno, "cannot replace", dir);
+  const std::filesystem::path old = dir.string() + ".old";
+  std::filesystem::remove_all(old, ec);
+  rename_or_throw(dir, old);
+  rename_or_throw(tmp, dir);
+  std::filesystem::remove_all(old, ec);
+}
+
+std::string dims(const Shape& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+// The stored tensors are the case; the spec in case.json must describe them (op, activation dtype, main
+// shape), or the bundle contradicts itself (a hand-edited spec claiming a huge shape, say).
+void check_spec_describes(const CaseSpec& spec, const Case& c, const std::string& name) {
+  const auto expect = [&](std::string_view tensor, const Shape& shape, std::string_view fields) {
+    const Tensor& t = c.tensor(tensor);
+    if (t.shape() != shape || t.dtype() != spec.act_dtype)
+      throw BundleError(fmt::format(
+          "{}: spec fields {} and act_dtype say {} {}, but tensors.bin holds {} {} {}", name, fields,
+          dtype_name(spec.act_dtype), dims(shape), tensor, dtype_name(t.dtype()), dims(t.shape())));
+  };
+  switch (spec.op) {
+    case OpKind::kRmsNorm:
+      return expect("x", {spec.rows, spec.hidden}, "rows, hidden");
+    case OpKind::kConcat:
+      expect("a", {spec.rows, spec.hidden}, "rows, hidden");
+      return expect("b", {spec.rows, spec.hidden_b}, "rows, hidden_b");
+    case OpKind::kDualRmsNormCat:
+      return expect("e", {spec.rows, spec.hidden}, "rows, hidden");
+    case OpKind::kAttention: {
+      const auto& p = std::get<AttentionParams>(spec.params);
+      std::int64_t tokens = 0;
+      for (const auto q : spec.query_lens)
+        if (__builtin_add_overflow(tokens, q, &tokens)) tokens = -1;
+      expect("q", {tokens, p.num_q_heads, p.head_dim}, "query_lens, params.num_q_heads, params.head_dim");
+      if (c.tensor("seq_lens").shape() != Shape{static_cast<std::int64_t>(spec.seq_lens.size())})
+        throw BundleError(fmt::format("{}: spec field seq_lens has {} entries, tensor seq_lens {}", name,
+                                      spec.seq_lens.size(), dims(c.tensor("seq_lens").shape())));
+      return;
+    }
+  }
+}
+
+}  // namespace
+
 void write_bundle(const std::filesystem::path& dir, const CaseSpec& spec, const Case& pristine,
                   const FindingRecord& finding) {
   const std::filesystem::path tmp = dir.string() + ".tmp";
-  std::filesystem::remove_all(tmp);
-  std::filesystem::create_directories(tmp);
-  nlohmann::json case_json = {{"format", "driftcheck.case"},
-                              {"format_version", kBundleFormatVersion},
-                              {"op", op_name(spec.op)},
-                              {"seed", pristine.seed},
-                              {"case_index", pristine.index},
-                              {"spec", spec},
-                              {"tensors", tensor_layout_json(pristine)}};
-  reports::write_file_atomic(tmp / "case.json", case_json.dump(2) + "\n");
-  write_tensors(tmp / "tensors.bin", pristine);
-  reports::write_file_atomic(tmp / "finding.json", finding_json(finding, spec.op).dump(2) + "\n");
-  // Replacing a bundle (drawn case -> shrunk case): the old one moves aside first, so DIR is always a whole
-  // bundle or absent for an instant, never a mix of two.
-  const std::filesystem::path old = dir.string() + ".old";
-  std::filesystem::remove_all(old);
-  if (std::filesystem::exists(dir)) std::filesystem::rename(dir, old);
-  std::filesystem::rename(tmp, dir);
-  std::filesystem::remove_all(old);
+  const nlohmann::json case_json = {{"format", "driftcheck.case"},
+                                    {"format_version", kBundleFormatVersion},
+                                    {"op", op_name(spec.op)},
+                                    {"seed", pristine.seed},
+                                    {"case_index", pristine.index},
+                                    {"spec", spec},
+                                    {"tensors", tensor_layout_json(pristine)}};
+  try {
+    make_fresh_dir(tmp);
+    reports::write_file_atomic(tmp / "case.json", reports::json_text(case_json, 2) + "\n");
+    write_tensors(tmp / "tensors.bin", pristine);
+    reports::write_file_atomic(tmp / "finding.json",
+                               reports::json_text(finding_json(finding, spec.op), 2) + "\n");
+    replace_dir(tmp, dir);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);  // a full disk must not also keep half a bundle
+    throw;
+  }
 }
 
-Bundle read_bundle(const std::filesystem::path& dir) {
-  if (!std::filesystem::is_directory(dir))
-    throw BundleError(fmt::format("{}: not a bundle directory", dir.string()));
-  const nlohmann::json case_json = read_json(dir / "case.json", "driftcheck.case");
-  Bundle b;
+CaseFile parse_case_json(std::string_view text, const std::string& name) {
+  const nlohmann::json j = parse_format(text, name, "driftcheck.case");
+  CaseFile c;
   try {
-    b.spec = case_json.at("spec").get<CaseSpec>();
-    b.pristine = materialize(b.spec);  // op and params; the tensors come from the file below
-    b.pristine.seed = case_json.at("seed").get<std::uint64_t>();
-    b.pristine.index = case_json.at("case_index").get<std::uint64_t>();
-  } catch (const std::exception& e) {
-    throw BundleError(fmt::format("{}: {}", (dir / "case.json").string(), e.what()));
+    c.spec = json_field(j, "spec").get<CaseSpec>();
+    c.seed = u64_field(j, "seed");
+    c.case_index = u64_field(j, "case_index");
+  } catch (const FieldError& e) {
+    throw BundleError(fmt::format("{}: {}", name, e.what()));
+  } catch (const InvalidArgument& e) {  // CaseSpec's from_json names the spec field
+    throw BundleError(fmt::format("{}: {}", name, e.what()));
   }
-  b.pristine.tensors = read_tensors(dir / "tensors.bin");
+  return c;
+}
+
+nlohmann::json parse_finding_json(std::string_view text, const std::string& name) {
+  nlohmann::json j = parse_format(text, name, "driftcheck.finding");
+  try {
+    for (const char* key : {"id", "op", "backend", "verdict", "detail", "shape_class", "replay"})
+      (void)string_field(j, key);
+    (void)number_field(j, "worst_ratio");
+    (void)u64_field(j, "seed"), (void)u64_field(j, "case_index");
+    (void)int_field(j, "shrink_steps", 0);
+  } catch (const FieldError& e) {
+    throw BundleError(fmt::format("{}: {}", name, e.what()));
+  }
+  return j;
+}
+
+namespace {
+
+Bundle assemble(const CaseFile& c, std::string tensors_bin, std::string_view finding_json,
+                const std::filesystem::path& dir) {
+  Bundle b;
+  b.spec = c.spec;
+  // The case is rebuilt from the stored tensors, never materialised from the spec: a spec claiming a huge
+  // shape cannot make driftcheck allocate it, and the bundle replays the same bytes if the generator changes.
+  b.pristine.op = c.spec.op, b.pristine.params = c.spec.params;
+  b.pristine.seed = c.seed, b.pristine.index = c.case_index;
+  b.pristine.tensors = parse_tensors(std::move(tensors_bin), (dir / "tensors.bin").string());
   try {
     validate(b.pristine);
   } catch (const InvalidArgument& e) {
     throw BundleError(fmt::format("{}: tensors do not form a valid {} case: {}", dir.string(),
                                   op_name(b.spec.op), e.what()));
   }
-  b.finding = read_json(dir / "finding.json", "driftcheck.finding");
+  check_spec_describes(b.spec, b.pristine, (dir / "case.json").string());
+  b.finding = parse_finding_json(finding_json, (dir / "finding.json").string());
   return b;
+}
+
+}  // namespace
+
+Bundle parse_bundle(std::string_view case_json, std::string tensors_bin, std::string_view finding_json,
+                    const std::filesystem::path& dir) {
+  return assemble(parse_case_json(case_json, (dir / "case.json").string()), std::move(tensors_bin),
+                  finding_json, dir);
+}
+
+Bundle read_bundle(const std::filesystem::path& dir) {
+  if (!std::filesystem::is_directory(dir))
+    throw BundleError(fmt::format("{}: not a bundle directory", dir.string()));
+  // case.json first, so that its errors come first.
+  const CaseFile c = parse_case_json(slurp(dir / "case.json"), (dir / "case.json").string());
+  std::string tensors_bin = slurp(dir / "tensors.bin");
+  return assemble(c, std::move(tensors_bin), slurp(dir / "finding.json"), dir);
 }
 
 }  // namespace driftcheck::fuzz

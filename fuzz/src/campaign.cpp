@@ -11,17 +11,21 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <ostream>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "campaign_dir.hpp"
 #include "campaign_findings.hpp"
 #include "campaign_journal.hpp"
 #include "campaign_report.hpp"
 #include "campaign_shrink.hpp"
 #include "campaign_stats.hpp"
 #include "driftcheck/fuzz/journal.hpp"
+#include "thread_group.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -47,8 +51,8 @@ void add_drift(reports::DriftStats& d, std::uint64_t index, const Evaluation& e)
 
 class Campaign {
  public:
-  Campaign(CampaignOptions opts, Selection sel)
-      : opts_(std::move(opts)), sel_(std::move(sel)), findings_(opts_.out_dir) {
+  Campaign(CampaignOptions opts, Selection sel, const CampaignDir& dir)
+      : opts_(std::move(opts)), sel_(std::move(sel)), dir_(dir), findings_(dir.path()) {
     // A backend named exactly but unavailable here stays selected (it must fail as zero-case) but never runs.
     std::string why;
     for (const Backend* b : sel_.backends)
@@ -59,6 +63,9 @@ class Campaign {
 
  private:
   void open_journal();
+  void repair_bundles();
+  void discover();
+  void start_workers(ThreadGroup& threads);
   void worker();
   void run_case(std::uint64_t k);
   void judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
@@ -68,6 +75,10 @@ class Campaign {
   void commit(std::uint64_t k, Stats s);
   void checkpoint();
   void monitor();
+  void fail_io(const std::system_error& e);
+  bool failed() const;
+  void absorb(PhaseResult r);
+  bool finish(reports::Report& report);  // false when the report could not be written
   double elapsed() const { return elapsed_offset_ + seconds_since(start_); }
   int jobs() const;
   reports::Report build() const;
@@ -76,6 +87,8 @@ class Campaign {
 
   CampaignOptions opts_;
   Selection sel_;
+  const CampaignDir& dir_;
+  bool resumed_ = false;
   std::map<OpKind, std::vector<const Backend*>> by_op_;
   std::optional<Journal> journal_;
   Findings findings_;
@@ -91,29 +104,55 @@ class Campaign {
   std::uint64_t watermark_ = 0;  // every case below it is done and folded into committed_
   std::map<std::uint64_t, Stats> pending_;
   Stats committed_;
-  std::vector<std::string> internal_errors_;
+  std::vector<std::string> internal_errors_;  // internal errors and the failed write that stopped the run
+  bool io_failed_ = false;
 };
 
 void Campaign::open_journal() {
-  const auto path = opts_.out_dir / "journal.jsonl";
-  if (opts_.resume && std::filesystem::exists(path)) {
-    JournalContents contents = read_journal(path);
-    Checkpoint c = load_journal(contents, findings_);
+  const auto path = dir_.journal();
+  JournalContents contents;
+  bool exists = std::filesystem::exists(path);
+  if (exists) contents = read_journal(path);
+  if (exists && contents.records.empty()) {
+    // Not one complete line: a run killed while creating its journal (before the header was written whole)
+    // recorded nothing, so the directory holds no campaign.
+    if (opts_.log)
+      *opts_.log << fmt::format("driftcheck: {} holds no complete record; starting anew\n", path.string());
+    std::filesystem::remove(path);
+    exists = false;
+  }
+  if (exists && !opts_.resume)
+    throw UsageError(
+        fmt::format("{} holds a campaign already: pass --resume to continue it, or another --out",
+                    opts_.out_dir.string()));
+  if (exists) {
+    Checkpoint c = load_journal(contents, path.string(), findings_);
     watermark_ = c.completed, elapsed_offset_ = c.elapsed_s, committed_ = std::move(c.stats);
     journal_ = Journal::reopen(path);
+    resumed_ = true;
     if (opts_.log)
       *opts_.log << fmt::format("driftcheck: resuming {} at case {} ({} findings so far{})\n", path.string(),
                                 watermark_, findings_.size(),
                                 contents.torn_tail ? ", torn last line dropped" : "");
   } else {
-    if (std::filesystem::exists(path))
-      throw UsageError(
-          fmt::format("{} holds a campaign already: pass --resume to continue it, or another --out",
-                      opts_.out_dir.string()));
     journal_ = Journal::create(path, journal_header(opts_, sel_));
   }
   findings_.attach(&*journal_);
   next_index_ = watermark_;
+}
+
+// Resume: every journaled finding gets its bundle back before discovery goes on, whatever the kill (or a
+// deleted findings/) left: a missing or outdated bundle is noticed and written again from the stream.
+void Campaign::repair_bundles() {
+  if (opts_.log)
+    for (const auto& line : dir_.repairs()) *opts_.log << "driftcheck: " << line << "\n";
+  const std::vector<std::string> redo = findings_.verify_bundles();
+  if (!redo.empty() && opts_.log)
+    *opts_.log << fmt::format(
+        "driftcheck: warning: {} journaled bundle{} missing or out of date (first: findings/{}); "
+        "writing {} again\n",
+        redo.size(), redo.size() == 1 ? " is" : "s are", redo.front(), redo.size() == 1 ? "it" : "them");
+  absorb(bundle_unbundled(findings_, opts_));
 }
 
 int Campaign::jobs() const {
@@ -136,6 +175,9 @@ void Campaign::worker() {
     if (out_of_budget(k)) return;
     try {
       run_case(k);
+    } catch (const std::system_error& e) {
+      fail_io(e);
+      return;
     } catch (const std::exception& e) {
       std::lock_guard lock(mu_);
       internal_errors_.push_back(fmt::format("internal error at seed {} case {} ({}): {}", opts_.seed, k,
@@ -144,6 +186,34 @@ void Campaign::worker() {
       return;
     }
   }
+}
+
+// A failed write (disk full) stops the campaign: what is journaled stays valid, nothing more is recorded, and
+// --resume continues once there is room. The first failure is the one reported.
+void Campaign::fail_io(const std::system_error& e) {
+  std::lock_guard lock(mu_);
+  stop_ = true;
+  if (io_failed_) return;
+  io_failed_ = true;
+  internal_errors_.push_back(
+      fmt::format("I/O error: {} (the campaign stopped; --resume continues it)", e.what()));
+}
+
+bool Campaign::failed() const {
+  std::lock_guard lock(mu_);
+  return io_failed_;
+}
+
+void Campaign::absorb(PhaseResult r) {
+  if (r.io_error) {
+    try {
+      std::rethrow_exception(r.io_error);
+    } catch (const std::system_error& e) {
+      fail_io(e);
+    }
+  }
+  std::lock_guard lock(mu_);
+  internal_errors_.insert(internal_errors_.end(), r.internal_errors.begin(), r.internal_errors.end());
 }
 
 void Campaign::run_case(std::uint64_t k) {
@@ -212,6 +282,7 @@ void Campaign::statistical_class_findings() {
     const auto it = committed.backends.find(std::string(b->name()));
     if (it == committed.backends.end()) continue;
     for (const auto& [shape, c] : it->second.stat_classes) {
+      if (interrupted()) return;  // each class found beyond its bound evaluates a case again
       const std::optional<ClassJudgement> beyond = judge_class(c, shape);
       const std::string sig = signature_of(b->op(), b->name(), Verdict::kBeyondStatisticalBound, shape);
       if (!beyond || findings_.find(sig)) continue;
@@ -307,51 +378,122 @@ reports::Report Campaign::build() const {
   return build_report({opts_, sel_, committed_, watermark_, elapsed(), findings, internal_errors_});
 }
 
-CampaignResult Campaign::run() {
-  std::filesystem::create_directories(opts_.out_dir / "findings");
-  open_journal();
-  start_ = Clock::now();
-  const int workers = sel_.ops.empty() ? 0 : jobs();
-  live_workers_ = workers;
-  std::vector<std::thread> threads;
-  for (int i = 0; i < workers; ++i) {
-    threads.emplace_back([this] {
-      worker();
-      --live_workers_;
-    });
+// Workers run until the budget, an interrupt or a failure; the ThreadGroup stops and joins them however this
+// scope is left, so no exception can meet a joinable thread.
+void Campaign::discover() {
+  ThreadGroup threads([this] { stop_ = true; });
+  start_workers(threads);
+  try {
+    monitor();
+  } catch (const std::system_error& e) {
+    fail_io(e);
   }
-  monitor();
-  for (auto& t : threads) t.join();
-  checkpoint();
-  if (!interrupted()) {
+  threads.join();
+}
+
+void Campaign::start_workers(ThreadGroup& threads) {
+  const int wanted = sel_.ops.empty() ? 0 : jobs();
+  std::string why;
+  for (int i = 0; i < wanted; ++i) {
+    ++live_workers_;
+    if (threads.start(
+            [this] {
+              worker();
+              --live_workers_;
+            },
+            &why))
+      continue;
+    --live_workers_;
+    if (i == 0) {
+      std::lock_guard lock(mu_);
+      internal_errors_.push_back(fmt::format("cannot start a worker thread: {}", why));
+    } else if (opts_.log) {
+      *opts_.log << fmt::format(
+          "driftcheck: warning: started {} of {} worker threads ({}); going on with {}\n", i, wanted, why, i);
+    }
+    return;
+  }
+}
+
+// The end record and the reports; a write that fails here (disk full) is reported like any other.
+bool Campaign::finish(reports::Report& report) {
+  const auto note = [&](const std::system_error& e) {
+    report.errors.push_back(fmt::format("I/O error: {}", e.what()));
+    report.exit_code = 3;
+  };
+  try {
+    journal_->append({{"type", "end"}, {"completed", report.cases}, {"exit_code", report.exit_code}});
+  } catch (const std::system_error& e) {
+    if (!failed()) note(e);
+  }
+  try {
+    reports::write_reports(report, dir_.path());
+    return true;
+  } catch (const std::system_error& e) {
+    note(e);
+    return false;
+  }
+}
+
+CampaignResult Campaign::run() {
+  open_journal();
+  if (resumed_) repair_bundles();
+  start_ = Clock::now();
+  if (!failed()) discover();
+  try {
+    if (!failed()) checkpoint();
+  } catch (const std::system_error& e) {
+    fail_io(e);
+  }
+  if (!failed() && !interrupted()) {
     try {
       statistical_class_findings();
+    } catch (const std::system_error& e) {
+      fail_io(e);
     } catch (const std::exception& e) {
       std::lock_guard lock(mu_);
       internal_errors_.push_back(fmt::format("internal error in the statistical class check: {}", e.what()));
     }
-    auto errors = shrink_phase(findings_, opts_, jobs());
-    std::lock_guard lock(mu_);
-    internal_errors_.insert(internal_errors_.end(), errors.begin(), errors.end());
   }
+  if (!failed() && !interrupted()) absorb(shrink_phase(findings_, opts_, jobs()));
   reports::Report report = build();
-  journal_->append({{"type", "end"}, {"completed", report.cases}, {"exit_code", report.exit_code}});
-  reports::write_reports(report, opts_.out_dir);
-  print_summary(opts_, report);
+  const bool written = finish(report);
+  print_summary(opts_, report, written);
   return {report, report.exit_code};
+}
+
+}  // namespace
+
+namespace {
+
+// Flag values that make no campaign, refused before anything is written.
+void check_options(const CampaignOptions& o) {
+  if (o.seconds && !(std::isfinite(*o.seconds) && *o.seconds > 0))
+    throw UsageError("--seconds must be a finite number of seconds > 0");
+  if (o.shrink_seconds && !(std::isfinite(*o.shrink_seconds) && *o.shrink_seconds >= 0))
+    throw UsageError("--shrink-seconds must be a finite number of seconds >= 0");
+  if (o.jobs < 0) throw UsageError("--jobs must be >= 0");
+  if (o.out_dir.empty()) throw UsageError("--out must name a directory (it is empty)");
 }
 
 }  // namespace
 
 CampaignResult run_campaign(const CampaignOptions& options) {
   CampaignOptions opts = options;
-  if (opts.resume) apply_journal_header(opts);
+  check_options(opts);
+  // A resumed campaign's stream comes from its journal, read under the directory's lock; a new one's
+  // selection is checked before its directory is created.
+  std::optional<CampaignDir> dir;
+  if (opts.resume) {
+    dir.emplace(opts.out_dir);
+    apply_journal_header(opts);
+    check_options(opts);
+  }
   if (!opts.seconds && !opts.cases) opts.seconds = kDefaultSeconds;
-  if (opts.seconds && !(*opts.seconds > 0)) throw UsageError("--seconds must be positive");
-  if (opts.jobs < 0) throw UsageError("--jobs must be >= 0");
   if (opts.backends == nullptr) opts.backends = &registry();
   Selection sel = select_backends(*opts.backends, opts.ops, opts.backend_globs, opts.include_mutants);
-  Campaign campaign(std::move(opts), std::move(sel));
+  if (!dir) dir.emplace(opts.out_dir);
+  Campaign campaign(std::move(opts), std::move(sel), *dir);
   return campaign.run();
 }
 

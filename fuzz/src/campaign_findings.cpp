@@ -1,10 +1,13 @@
 #include "campaign_findings.hpp"
 
+#include <fstream>
+
 #include <fmt/format.h>
 
-#include "campaign_stats.hpp"
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/fuzz/json_fields.hpp"
+#include "driftcheck/reports/json_text.hpp"
 
 namespace driftcheck::fuzz {
 
@@ -22,35 +25,79 @@ std::string finding_id(std::string_view backend, Verdict v, const std::string& s
 
 void Findings::load(const json& r) {
   std::lock_guard lock(mu_);
-  const std::string type = r.value("type", "");
+  const std::string type = string_field(r, "type");
   if (type == "finding") {
-    auto& f = by_signature_[r.at("signature").get<std::string>()];
-    f.report = {r.at("id"),
-                r.at("op"),
-                r.at("backend"),
-                r.at("verdict"),
-                r.at("shape_class"),
-                r.at("detail"),
-                number_from_json(r.at("worst_ratio")),
-                r.at("seed"),
-                r.at("case_index"),
-                r.at("found_after_s"),
+    auto& f = by_signature_[string_field(r, "signature")];
+    f.report = {string_field(r, "id"),
+                string_field(r, "op"),
+                string_field(r, "backend"),
+                string_field(r, "verdict"),
+                string_field(r, "shape_class"),
+                string_field(r, "detail"),
+                number_field(r, "worst_ratio"),
+                u64_field(r, "seed"),
+                u64_field(r, "case_index"),
+                number_field(r, "found_after_s"),
                 0,
                 "",
-                r.at("replay"),
+                string_field(r, "replay"),
                 false};
   } else if (type == "bundle") {
+    const std::string id = string_field(r, "id");
     for (auto& [sig, f] : by_signature_) {
-      if (f.report.id != r.at("id")) continue;
+      if (f.report.id != id) continue;
       f.bundled = true;
-      f.report.bundle = r.at("bundle"), f.report.replay = r.at("replay");
-      f.report.detail = r.at("detail"), f.report.worst_ratio = number_from_json(r.at("worst_ratio"));
-      f.report.shrink_steps = r.at("shrink_steps");
-      f.report.shrink_tries = r.value("shrink_tries", 0), f.report.shape = r.value("shape", "");
-      f.report.shrink_minimal = r.value("shrink_minimal", false);
-      f.shrunk = f.report.shrunk = r.value("shrunk", false);
+      f.report.bundle = string_field(r, "bundle"), f.report.replay = string_field(r, "replay");
+      f.report.detail = string_field(r, "detail"), f.report.worst_ratio = number_field(r, "worst_ratio");
+      f.report.shrink_steps = int_field(r, "shrink_steps", 0);
+      // Journals written before shrinking to a minimum lack these three.
+      f.report.shrink_tries = r.contains("shrink_tries") ? int_field(r, "shrink_tries", 0) : 0;
+      f.report.shape = r.contains("shape") ? string_field(r, "shape") : "";
+      f.report.shrink_minimal = r.contains("shrink_minimal") && bool_field(r, "shrink_minimal");
+      f.shrunk = f.report.shrunk = bool_field(r, "shrunk");
     }
   }
+}
+
+namespace {
+
+// Whether DIR/<bundle> holds the bundle version the journal names (its finding.json's shrink steps and case).
+bool bundle_matches(const std::filesystem::path& dir, const reports::FindingReport& r) {
+  for (const char* file : {"case.json", "tensors.bin"})
+    if (!std::filesystem::is_regular_file(dir / file)) return false;
+  std::ifstream in(dir / "finding.json");
+  const json f = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  try {
+    return u64_field(f, "case_index") == r.case_index && int_field(f, "shrink_steps") == r.shrink_steps;
+  } catch (const FieldError&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Findings::verify_bundles() {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> redo;
+  for (auto& [sig, f] : by_signature_) {
+    if (!f.bundled || bundle_matches(out_dir_ / f.report.bundle, f.report)) continue;
+    f.bundled = false, f.shrunk = false;
+    f.report.bundle.clear(), f.report.shrink_steps = 0;
+    OpKind op;
+    if (parse_op(f.report.op,
+                 &op))  // the replay command of the missing bundle would name a missing directory
+      f.report.replay = stream_replay_command(op, f.report.seed, f.report.case_index, f.report.backend);
+    redo.push_back(f.report.id);
+  }
+  return redo;
+}
+
+std::vector<std::string> Findings::unbundled() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [sig, f] : by_signature_)
+    if (!f.bundled) out.push_back(sig);
+  return out;
 }
 
 bool Findings::add(const std::string& signature, const reports::FindingReport& report) {
@@ -65,7 +112,7 @@ bool Findings::add(const std::string& signature, const reports::FindingReport& r
                     {"verdict", report.verdict},
                     {"shape_class", report.shape_class},
                     {"detail", report.detail},
-                    {"worst_ratio", number_json(report.worst_ratio)},
+                    {"worst_ratio", reports::number_json(report.worst_ratio)},
                     {"seed", report.seed},
                     {"case_index", report.case_index},
                     {"found_after_s", report.found_after_s},
@@ -107,7 +154,7 @@ void Findings::save_bundle(const std::string& signature, const Backend& b, const
                     {"bundle", rel},
                     {"replay", rec.replay},
                     {"detail", f.report.detail},
-                    {"worst_ratio", number_json(f.report.worst_ratio)},
+                    {"worst_ratio", reports::number_json(f.report.worst_ratio)},
                     {"shrunk", shrunk},
                     {"shrink_steps", shrink.accepted},
                     {"shrink_tries", shrink.tried},

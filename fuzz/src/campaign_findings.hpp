@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,8 +44,14 @@ class Findings {
 
   // The journal that "finding" and "bundle" records go to (set once it is open).
   void attach(Journal* journal) { journal_ = journal; }
-  // Folds in a "finding" or "bundle" record of a resumed journal.
+  // Folds in a "finding" or "bundle" record of a resumed journal; throws FieldError (json_fields.hpp).
   void load(const nlohmann::json& record);
+  // Resume: a finding whose journaled bundle is missing on disk (findings/ deleted), unreadable, or not the
+  // version the journal names (a kill between replacing a bundle and journaling it) is marked unbundled and
+  // unshrunk, to be redone. Returns the ids concerned.
+  std::vector<std::string> verify_bundles();
+  // Signatures of the findings without a bundle on disk.
+  std::vector<std::string> unbundled() const;
   // The first failing case of a signature becomes a finding, journaled at once: a kill before its bundle is
   // written still leaves the finding, which resume bundles. Returns false for a signature already known.
   bool add(const std::string& signature, const reports::FindingReport& report);

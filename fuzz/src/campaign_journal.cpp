@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "driftcheck/fuzz/json_fields.hpp"
+#include "driftcheck/reports/json_text.hpp"
+
 namespace driftcheck::fuzz {
 
 using nlohmann::json;
@@ -29,50 +32,68 @@ json journal_header(const CampaignOptions& opts, const Selection& selection) {
 void apply_journal_header(CampaignOptions& opts) {
   const auto path = opts.out_dir / "journal.jsonl";
   if (!std::filesystem::exists(path)) return;
-  const json header = read_journal(path).records.front();
+  const JournalContents contents = read_journal(path);
+  if (contents.records.empty()) return;  // nothing recorded: a new campaign starts
+  apply_header(contents.records.front(), opts, path.string());
+}
+
+void apply_header(const json& header, CampaignOptions& opts, const std::string& name) {
   try {
-    const json& a = header.at("args");
-    opts.ops.clear();
-    for (const auto& name : a.at("ops")) {
-      OpKind op;
-      if (!parse_op(name.get<std::string>(), &op))
-        throw UsageError(fmt::format("unknown op {}", name.dump()));
-      opts.ops.push_back(op);
-    }
-    opts.backend_globs = a.at("backend_globs"), opts.include_mutants = a.at("include_mutants");
-    opts.seed = a.at("seed"), opts.gen.large_shapes = a.at("large_shapes");
-    opts.formats.clear();
-    for (const auto& name : a.value("formats", json::array())) {
-      DType t;
-      if (!parse_dtype(name.get<std::string>(), &t))
-        throw UsageError(fmt::format("unknown format {}", name.dump()));
-      opts.formats.push_back(t);
-    }
-    if (!opts.seconds && !opts.cases) {
-      if (!a.at("seconds").is_null()) opts.seconds = a.at("seconds").get<double>();
-      if (!a.at("cases").is_null()) opts.cases = a.at("cases").get<std::uint64_t>();
-    }
-  } catch (const json::exception& e) {
-    throw JournalError(fmt::format("{}: bad header: {}", path.string(), e.what()));
+    const json& a = object_field(header, "args");
+    within_field("args", [&] {
+      opts.ops.clear();
+      for (const auto& op_json : array_field(a, "ops")) {
+        OpKind op;
+        if (!parse_op(string_value(op_json, "ops"), &op))
+          throw FieldError("ops", fmt::format("unknown op {}", op_json.dump()));
+        opts.ops.push_back(op);
+      }
+      opts.backend_globs = string_field(a, "backend_globs");
+      opts.include_mutants = bool_field(a, "include_mutants");
+      opts.seed = u64_field(a, "seed"), opts.gen.large_shapes = bool_field(a, "large_shapes");
+      // Journals written before --format existed have no "formats": every format.
+      opts.formats.clear();
+      if (a.contains("formats"))
+        for (const auto& format_json : array_field(a, "formats")) {
+          DType t;
+          if (!parse_dtype(string_value(format_json, "formats"), &t))
+            throw FieldError("formats", fmt::format("unknown format {}", format_json.dump()));
+          opts.formats.push_back(t);
+        }
+      if (!opts.seconds && !opts.cases) {
+        if (!json_field(a, "seconds").is_null()) opts.seconds = number_field(a, "seconds");
+        if (!json_field(a, "cases").is_null()) opts.cases = u64_field(a, "cases");
+      }
+    });
+  } catch (const FieldError& e) {
+    throw JournalError(fmt::format("{}:1: header: {}", name, e.what()));
   }
 }
 
 json progress_record(const Checkpoint& c) {
   return {{"type", "progress"},
           {"completed", c.completed},
-          {"elapsed_s", c.elapsed_s},
+          {"elapsed_s", reports::number_json(c.elapsed_s)},
           {"stats", c.stats.to_json()}};
 }
 
-Checkpoint load_journal(const JournalContents& contents, Findings& findings) {
+Checkpoint load_journal(const JournalContents& contents, const std::string& name, Findings& findings) {
   Checkpoint c;
-  for (const auto& r : contents.records) {
-    if (r.value("type", "") == "progress") {
-      c.completed = r.at("completed");
-      c.elapsed_s = r.at("elapsed_s");
-      c.stats = Stats::from_json(r.at("stats"));
-    } else {
-      findings.load(r);
+  for (std::size_t i = 1; i < contents.records.size(); ++i) {
+    const json& r = contents.records[i];
+    const std::string type = r.at("type");  // parse_journal checked it is a string
+    try {
+      if (type == "progress") {
+        c.completed = u64_field(r, "completed");
+        c.elapsed_s = number_field(r, "elapsed_s");
+        c.stats = within_field("stats", [&] { return Stats::from_json(object_field(r, "stats")); });
+      } else if (type == "finding" || type == "bundle") {
+        findings.load(r);
+      } else if (type != "end") {
+        throw FieldError("type", fmt::format("unknown record type '{}'", type));
+      }
+    } catch (const FieldError& e) {
+      throw JournalError(fmt::format("{}:{}: {} record: {}", name, i + 1, type, e.what()));
     }
   }
   return c;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -18,8 +19,11 @@ namespace driftcheck::fuzz {
 nlohmann::json journal_header(const CampaignOptions& opts, const Selection& selection);
 
 // Resume takes the stream-defining arguments from the journal header in opts.out_dir; budgets given now win
-// over the old ones. A no-op when the directory holds no journal.
+// over the old ones. A no-op when the directory holds no journal, or one without a complete record. Throws
+// JournalError naming the field of a bad header.
 void apply_journal_header(CampaignOptions& opts);
+// The same from a header record (`name` names the file in errors).
+void apply_header(const nlohmann::json& header, CampaignOptions& opts, const std::string& name);
 
 // Every case below `completed` is done, and `stats` are the statistics of exactly those cases.
 struct Checkpoint {
@@ -30,6 +34,7 @@ struct Checkpoint {
 nlohmann::json progress_record(const Checkpoint& c);
 
 // Folds a resumed journal: returns its last checkpoint and loads every finding and bundle into `findings`.
-Checkpoint load_journal(const JournalContents& contents, Findings& findings);
+// Throws JournalError naming the file (`name`), the line, the record type and the field of a bad record.
+Checkpoint load_journal(const JournalContents& contents, const std::string& name, Findings& findings);
 
 }  // namespace driftcheck::fuzz

@@ -87,7 +87,7 @@ reports::Report build_report(const ReportInputs& in) {
   return r;
 }
 
-void print_summary(const CampaignOptions& opts, const reports::Report& r) {
+void print_summary(const CampaignOptions& opts, const reports::Report& r, bool written) {
   // JSON progress is for machines, which read report.json rather than a table on stderr.
   if (opts.log == nullptr || !opts.summary || opts.progress.mode == ProgressMode::kJson) return;
   std::ostream& o = *opts.log;
@@ -118,7 +118,8 @@ void print_summary(const CampaignOptions& opts, const reports::Report& r) {
     }
   }
   for (const auto& e : r.errors) o << "error: " << e << "\n";
-  o << fmt::format("report: {}\n", (opts.out_dir / "report.md").string());
+  o << (written ? fmt::format("report: {}\n", (opts.out_dir / "report.md").string())
+                : "report: not written\n");
 }
 
 }  // namespace driftcheck::fuzz

@@ -26,6 +26,7 @@ struct ReportInputs {
 // Exit code: 3 with internal errors, 1 with findings or zero-case errors, else 0.
 reports::Report build_report(const ReportInputs& in);
 
-void print_summary(const CampaignOptions& opts, const reports::Report& r);
+// `written`: whether report.json and report.md are on disk.
+void print_summary(const CampaignOptions& opts, const reports::Report& r, bool written);
 
 }  // namespace driftcheck::fuzz

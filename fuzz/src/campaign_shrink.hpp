@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -28,8 +29,21 @@ DrawnCase draw_locked(OpKind op, std::uint64_t seed, std::uint64_t index, const 
 // The shrink phase's budget: --shrink-seconds, else 25% of --seconds (at least 5 s), else 30 s.
 double shrink_budget(const CampaignOptions& opts);
 
-// Bundles every finding not yet bundled (resume) and shrinks every finding not yet shrunk, first finding of
-// each (backend, verdict) first, on `jobs` threads within shrink_budget(opts). Returns internal errors.
-std::vector<std::string> shrink_phase(Findings& findings, const CampaignOptions& opts, int jobs);
+// What a phase that writes bundles ran into. It stops at the first failed write (disk full), whose
+// std::system_error is kept to be rethrown once the campaign has stopped its threads.
+struct PhaseResult {
+  std::vector<std::string> internal_errors;
+  std::exception_ptr io_error;
+};
+
+// Resume, before discovery: writes the bundle of the drawn case of every finding journaled without one (a
+// kill landed between the finding's record and its bundle, or the bundle went missing). A finding that does
+// not fail again when redrawn (a nondeterministic backend) stays without a bundle, with a warning on
+// opts.log. Stops early on opts.interrupt.
+PhaseResult bundle_unbundled(Findings& findings, const CampaignOptions& opts);
+
+// Shrinks every finding not yet shrunk, first finding of each (backend, verdict) first, on `jobs` threads
+// within shrink_budget(opts), and replaces its bundle. Stops within one shrink step of opts.interrupt.
+PhaseResult shrink_phase(Findings& findings, const CampaignOptions& opts, int jobs);
 
 }  // namespace driftcheck::fuzz

@@ -3,9 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
+#include "driftcheck/fuzz/json_fields.hpp"
+#include "driftcheck/reports/json_text.hpp"
+
 namespace driftcheck::fuzz {
 
 using nlohmann::json;
+using reports::number_json;
 
 namespace {
 
@@ -13,8 +19,9 @@ json class_json(const StatisticalClass& c) {
   return {{"cases", c.cases}, {"low", c.low}, {"min_p", number_json(c.min_p)}, {"min_case", c.min_case}};
 }
 
-StatisticalClass class_from_json(const json& j) {
-  return {j.at("cases"), j.at("low"), number_from_json(j.at("min_p")), j.at("min_case")};
+StatisticalClass class_from_json(const json& j) {  // j is an object
+  return {int_field(j, "cases", 0), int_field(j, "low", 0), number_field(j, "min_p"),
+          u64_field(j, "min_case")};
 }
 
 }  // namespace
@@ -62,18 +69,41 @@ json BackendStats::to_json() const {
           {"stat_classes", classes}};
 }
 
+namespace {
+
+// Reason and verdict counts: {"text": count, ...}.
+std::map<std::string, std::int64_t> counts_from(const json& j, std::string_view key) {
+  std::map<std::string, std::int64_t> out;
+  for (const auto& item : object_field(j, key).items())
+    out[item.key()] = within_field(key, [&] { return int_value(item.value(), item.key(), 0); });
+  return out;
+}
+
+}  // namespace
+
 BackendStats BackendStats::from_json(const json& j) {
   BackendStats s;
-  s.run = j.at("run"), s.unsupported = j.at("unsupported"), s.passed = j.at("passed");
-  s.reasons = j.at("reasons").get<std::map<std::string, std::int64_t>>();
-  s.failures = j.at("failures").get<std::map<std::string, std::int64_t>>();
-  s.worst_ratio = number_from_json(j.at("worst_ratio")), s.worst_case = j.at("worst_case");
-  s.seconds = j.at("seconds");
-  // Journals written before drift statistics existed resume with none for their cases.
+  s.run = int_field(j, "run", 0), s.unsupported = int_field(j, "unsupported", 0);
+  s.passed = int_field(j, "passed", 0);
+  s.reasons = counts_from(j, "reasons"), s.failures = counts_from(j, "failures");
+  s.worst_ratio = number_field(j, "worst_ratio"), s.worst_case = u64_field(j, "worst_case");
+  s.seconds = number_field(j, "seconds");
+  // Journals written before drift statistics existed resume with none for their cases. The drift reader
+  // (reports/drift.hpp) throws json or invalid_argument errors: named as the field here.
   if (j.contains("drift"))
-    for (const auto& [f, d] : j.at("drift").items()) s.drift[f] = reports::drift_stats_from_json(d);
+    for (const auto& item : object_field(j, "drift").items()) {
+      try {
+        s.drift[item.key()] = reports::drift_stats_from_json(item.value());
+      } catch (const std::exception& e) {
+        throw FieldError("drift." + item.key(), e.what());
+      }
+    }
   if (j.contains("stat_classes"))  // journals written before the statistical tier have none
-    for (const auto& [c, t] : j.at("stat_classes").items()) s.stat_classes[c] = class_from_json(t);
+    for (const auto& item : object_field(j, "stat_classes").items()) {
+      const std::string name = "stat_classes." + item.key();
+      if (!item.value().is_object()) throw FieldError(name, "expected an object");
+      s.stat_classes[item.key()] = within_field(name, [&] { return class_from_json(item.value()); });
+    }
   return s;
 }
 
@@ -97,12 +127,26 @@ json Stats::to_json() const {
   return {{"backends", b}, {"pairs", p}, {"ops", o}, {"checks", checks}};
 }
 
+// pairs: [[a, b, max_ulps, shared], ...]; ops: {"op": [cases, reference_seconds], ...}.
 Stats Stats::from_json(const json& j) {
   Stats s;
-  for (const auto& [n, b] : j.at("backends").items()) s.backends[n] = BackendStats::from_json(b);
-  for (const auto& p : j.at("pairs")) s.pairs[{p.at(0), p.at(1)}] = {number_from_json(p.at(2)), p.at(3)};
-  for (const auto& [n, o] : j.at("ops").items()) s.ops[n] = {o.at(0), o.at(1)};
-  s.checks = j.at("checks");
+  for (const auto& item : object_field(j, "backends").items())
+    s.backends[item.key()] =
+        within_field("backends." + item.key(), [&] { return BackendStats::from_json(item.value()); });
+  const json& pairs = array_field(j, "pairs");
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const json& p = pairs[i];
+    const std::string name = fmt::format("pairs[{}]", i);
+    if (!p.is_array() || p.size() != 4) throw FieldError(name, "expected [a, b, max_ulps, shared]");
+    s.pairs[{string_value(p[0], name), string_value(p[1], name)}] = {number_value(p[2], name),
+                                                                     int_value(p[3], name, 0)};
+  }
+  for (const auto& [n, o] : object_field(j, "ops").items()) {
+    const std::string name = "ops." + n;
+    if (!o.is_array() || o.size() != 2) throw FieldError(name, "expected [cases, reference_seconds]");
+    s.ops[n] = {int_value(o[0], name, 0), number_value(o[1], name)};
+  }
+  s.checks = int_field(j, "checks", 0);
   return s;
 }
 

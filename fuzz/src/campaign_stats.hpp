@@ -37,7 +37,7 @@ struct BackendStats {
   void record(const Evaluation& e, std::uint64_t index, const std::string& shape);
   void merge(const BackendStats& o);
   nlohmann::json to_json() const;
-  static BackendStats from_json(const nlohmann::json& j);
+  static BackendStats from_json(const nlohmann::json& j);  // throws FieldError (json_fields.hpp)
 };
 
 struct PairStats {
@@ -59,7 +59,7 @@ struct Stats {
 
   void merge(const Stats& o);
   nlohmann::json to_json() const;
-  static Stats from_json(const nlohmann::json& j);
+  static Stats from_json(const nlohmann::json& j);  // throws FieldError naming the field ("backends.x.run")
 };
 
 }  // namespace driftcheck::fuzz

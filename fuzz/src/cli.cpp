@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <ostream>
+#include <system_error>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -12,6 +13,7 @@
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/corpus.hpp"
+#include "driftcheck/fuzz/errors.hpp"
 #include "driftcheck/fuzz/exchange.hpp"
 #include "driftcheck/fuzz/input_error.hpp"
 #include "driftcheck/fuzz/journal.hpp"
@@ -179,14 +181,14 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
       cmd.add_option("--backend", a.backends, "backend globs, comma-separated (default: all available)");
   auto* secs = cmd.add_option("--seconds", a.seconds, "time budget (default 20 s)")->check(at_least(0, true));
   cmd.add_option("--cases", a.cases, "case budget (total, resumed cases included)")
-      ->check(at_least(0, true))
+      ->check(uint64_text() & at_least(0, true))
       ->excludes(secs);
   cmd.add_option("--shrink-seconds", a.shrink_seconds,
                  "shrink phase after the budget (default 25% of --seconds, at least 5 s; 0: no shrinking)")
       ->check(at_least(0, false));
-  auto* seed = cmd.add_option("--seed", a.seed, "campaign seed (default 1)");
+  auto* seed = cmd.add_option("--seed", a.seed, "campaign seed (default 1)")->check(uint64_text());
   cmd.add_option("--jobs", a.jobs, "worker threads (default: one per core)")->check(at_least(0, false));
-  cmd.add_option("--out", a.out, "campaign directory (default ./driftcheck-out)");
+  cmd.add_option("--out", a.out, "campaign directory (default ./driftcheck-out)")->check(non_empty());
   auto* mut = cmd.add_flag("--mutants", a.mutants, "also run the mutant.* backends");
   // A resumed campaign keeps the stream it was started with; only budgets may change.
   cmd.add_flag("--resume", a.resume, "continue the campaign journaled in --out")->excludes(op, be, seed, mut);
@@ -197,8 +199,8 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
 void add_replay_options(CLI::App& cmd, ReplayArgs& a) {
   cmd.add_option("bundle", a.bundle, "repro bundle directory (DIR/findings/<id>)");
   cmd.add_option("--backend", a.backend, "backend to run (default: the bundle's)");
-  cmd.add_option("--seed", a.seed, "stream replay: campaign seed");
-  cmd.add_option("--case", a.index, "stream replay: case index");
+  cmd.add_option("--seed", a.seed, "stream replay: campaign seed")->check(uint64_text());
+  cmd.add_option("--case", a.index, "stream replay: case index")->check(uint64_text());
   cmd.add_option("--op", a.op, "stream replay: op of the case");
 }
 
@@ -256,6 +258,7 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool err_is_tty) {
+  // The one map from errors to exit codes and their one line (errors.hpp).
   try {
     return dispatch(argc, argv, out, err, err_is_tty);
   } catch (const UsageError& e) {
@@ -274,6 +277,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     err << "driftcheck: bad input: " << e.what() << "\n";
   } catch (const InputError& e) {
     err << "driftcheck: bad " << e.kind() << ": " << e.what() << "\n";
+  } catch (const std::system_error& e) {
+    err << "driftcheck: I/O error: " << e.what() << "\n";
+    return kExitInternal;
+  } catch (const std::bad_alloc&) {
+    err << "driftcheck: out of memory\n";
+    return kExitInternal;
   } catch (const std::exception& e) {
     err << "driftcheck: internal error: " << e.what() << "\n";
     return kExitInternal;

@@ -8,6 +8,10 @@
 #include "driftcheck/external/isolate.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+
 namespace driftcheck::fuzz {
 
 CLI::Validator at_least(double min, bool strict) {
@@ -15,11 +19,31 @@ CLI::Validator at_least(double min, bool strict) {
       [=](std::string& text) -> std::string {
         double v = 0;
         if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a number";
+        if (!std::isfinite(v)) return "must be a finite number, got " + text;
         if (strict ? v > min : v >= min) return {};
         return "must be " + std::string(strict ? "> " : ">= ") + CLI::detail::to_string(min) + ", got " +
                text;
       },
       strict ? "POSITIVE" : "NONNEGATIVE");
+}
+
+CLI::Validator uint64_text() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc::result_out_of_range)
+          return "'" + text + "' does not fit in 64 bits (max 18446744073709551615)";
+        if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+          return "'" + text + "' is not a non-negative integer";
+        return {};
+      },
+      "UINT64");
+}
+
+CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; }, "TEXT");
 }
 
 ProgressStyle ProgressArgs::style(bool is_tty) const {

@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "driftcheck/fuzz/accept.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/reports/json_text.hpp"
 #include "driftcheck/reports/report.hpp"
 
 namespace driftcheck::fuzz {
@@ -38,7 +39,7 @@ int accept_command(const AcceptArgs& a, const CliContext& ctx) {
   o.progress = a.progress.style(ctx.err_is_tty);
   const reports::AcceptReport r = run_accept(o);
   const std::string md = reports::to_markdown(r);
-  const std::string json = reports::to_json(r).dump(2) + "\n";
+  const std::string json = reports::json_text(reports::to_json(r), 2) + "\n";
   if (!a.out_dir.empty()) {
     std::filesystem::create_directories(a.out_dir);
     reports::write_file_atomic(std::filesystem::path(a.out_dir) / "accept.json", json);

@@ -238,7 +238,7 @@ CheckResultSet Checker::run() {
   // Bad input outranks findings (the run is incomplete), an internal error outranks both.
   r.exit_code = !internal_errors_.empty() ? kExitInternal : !input_errors_.empty() ? kExitUsage : r.exit_code;
   reports::write_reports(r, o_.out_dir);
-  print_summary(opts, r);
+  print_summary(opts, r, true);
   return {r, r.exit_code};
 }
 

@@ -7,6 +7,7 @@
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/cli.hpp"
 #include "driftcheck/fuzz/exchange.hpp"
+#include "driftcheck/reports/json_text.hpp"
 #include "exchange_files.hpp"
 
 namespace driftcheck::fuzz {
@@ -43,7 +44,7 @@ void export_cases(const ExportOptions& o) {
                             {"ops", op_names},
                             {"cases", entries}};
   // Written last: a directory without a manifest is an export that did not finish.
-  reports::write_file_atomic(manifest, j.dump(1) + "\n");
+  reports::write_file_atomic(manifest, reports::json_text(j, 1) + "\n");
   if (o.log) *o.log << fmt::format("{} cases in {}\n", o.cases, o.out_dir.string());
 }
 

@@ -31,8 +31,14 @@ struct Command {
   std::function<int()> run;  // called when `app` was parsed; returns the exit code
 };
 
-// A number validator that says the rule ("must be >= 0, got -1"); CLI11's spells out DBL_MAX.
+// A number validator that says the rule ("must be >= 0, got -1"); CLI11's spells out DBL_MAX and admits inf.
+// Numbers must be finite.
 CLI::Validator at_least(double min, bool strict);
+// Counts, seeds and indices are unsigned 64-bit: CLI11's strtoull would wrap "-1" to 2^64-1 and saturate what
+// does not fit (an unlimited --cases); this admits plain digits that fit.
+CLI::Validator uint64_text();
+// Paths and names that must not be empty (--out '' would write into the current directory).
+CLI::Validator non_empty();
 
 // --progress MODE and -q/--quiet, which every long-running command takes (progress.hpp).
 struct ProgressArgs {

@@ -94,22 +94,6 @@ ManifestCase parse_entry(const json& e) {
 
 }  // namespace
 
-std::string one_line(std::string_view s) {
-  std::string out;
-  for (const char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '\n')
-      out += "\\n";
-    else if (ch == '\r')
-      out += "\\r";
-    else if (u < 0x20 || u == 0x7f)
-      out += fmt::format("\\x{:02x}", u);
-    else
-      out += ch;
-  }
-  return out;
-}
-
 std::string storage_name(const Case& c, const Storage* s) {
   for (const auto& [name, t] : c.tensors)
     if (t.storage().get() == s) return name;

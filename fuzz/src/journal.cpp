@@ -10,89 +10,98 @@
 
 #include <fmt/format.h>
 
+#include "driftcheck/reports/file_io.hpp"
+#include "driftcheck/reports/json_text.hpp"
+
 namespace driftcheck::fuzz {
 namespace {
 
-std::string sys_error(std::string_view what, const std::filesystem::path& p) {
-  return fmt::format("{} {}: {}", what, p.string(), std::strerror(errno));
-}
-
-void check_header(const nlohmann::json& h, const std::filesystem::path& path) {
-  if (!h.is_object() || h.value("type", "") != "header" || h.value("format", "") != kJournalFormatName)
-    throw JournalError(fmt::format("{}: first line is not a driftcheck journal header", path.string()));
-  const int version = h.value("format_version", 0);
-  if (version != kJournalFormatVersion)
-    throw JournalError(fmt::format("{}: journal format version {} (this driftcheck reads {})", path.string(),
-                                   version, kJournalFormatVersion));
-}
-
-// Byte length of the complete lines of the file (everything up to and including its last newline).
-std::uintmax_t complete_prefix(const std::string& text) {
-  const auto pos = text.rfind('\n');
-  return pos == std::string::npos ? 0 : pos + 1;
+void check_header(const nlohmann::json& h, const std::string& name) {
+  if (h.value("type", "") != "header" || h.value("format", "") != kJournalFormatName)
+    throw JournalError(fmt::format("{}:1: first line is not a driftcheck journal header", name));
+  const auto version = h.find("format_version");
+  if (version == h.end() || !version->is_number_integer() || *version != kJournalFormatVersion)
+    throw JournalError(fmt::format("{}:1: journal format version {} (this driftcheck reads {})", name,
+                                   version == h.end() ? "missing" : version->dump(), kJournalFormatVersion));
 }
 
 std::string slurp(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw JournalError(sys_error("cannot read journal", path));
   std::ostringstream ss;
-  ss << in.rdbuf();
+  if (in) ss << in.rdbuf();
+  if (!in || in.bad())
+    throw JournalError(fmt::format("cannot read journal {}: {}", path.string(), std::strerror(errno)));
   return ss.str();
 }
 
 }  // namespace
 
-JournalContents read_journal(const std::filesystem::path& path) {
-  const std::string text = slurp(path);
+JournalContents parse_journal(std::string_view text, const std::string& name) {
   JournalContents out;
-  std::istringstream lines(text);
-  std::string line;
-  std::size_t line_no = 0;
-  const std::uintmax_t complete = complete_prefix(text);
-  std::uintmax_t consumed = 0;
-  while (std::getline(lines, line)) {
-    ++line_no;
-    consumed += line.size() + 1;
-    const bool last_unterminated = consumed > complete;
+  std::size_t line_no = 0, start = 0;
+  while (start < text.size()) {
+    const auto end = text.find('\n', start);
     // A kill mid-write leaves a partial last line without its newline. It is dropped even when it happens to
     // parse, because reopen() cuts it off the file too; the cases behind it are above the last checkpoint and
     // run again on resume.
-    if (last_unterminated) {
+    if (end == std::string_view::npos) {
       out.torn_tail = true;
       break;
     }
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object())
-      throw JournalError(fmt::format("{}:{}: not a JSON object", path.string(), line_no));
+    ++line_no;
+    auto j = nlohmann::json::parse(text.substr(start, end - start), nullptr, /*allow_exceptions=*/false);
+    start = end + 1;
+    if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j.at("type").is_string())
+      throw JournalError(
+          fmt::format("{}:{}: not a journal record (a JSON object with a \"type\")", name, line_no));
+    if (line_no == 1) check_header(j, name);
+    if (line_no > 1 && j.at("type") == "header")
+      throw JournalError(fmt::format("{}:{}: a second header (two journals concatenated?)", name, line_no));
     out.records.push_back(std::move(j));
   }
-  if (out.records.empty()) throw JournalError(fmt::format("{}: empty journal", path.string()));
-  check_header(out.records.front(), path);
   return out;
+}
+
+JournalContents read_journal(const std::filesystem::path& path) {
+  return parse_journal(slurp(path), path.string());
 }
 
 Journal Journal::create(const std::filesystem::path& path, nlohmann::json header) {
   header["type"] = "header";
   header["format"] = kJournalFormatName;
   header["format_version"] = kJournalFormatVersion;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw JournalError(sys_error("cannot create journal", path));
-  Journal j(fd, path);
-  j.append(header);
-  return j;
+  // The header goes into a temp file that is then linked under the final name: link() never replaces an
+  // existing journal, and a kill leaves either no journal or one with its whole header. The descriptor stays
+  // open for appending: after link() it is the journal's.
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) reports::throw_io_error(errno, "cannot create journal", tmp);
+  try {
+    reports::write_all(fd, reports::json_text(header) + "\n", tmp);
+    if (::fsync(fd) != 0) reports::throw_io_error(errno, "cannot write", tmp);
+    if (::link(tmp.c_str(), path.c_str()) != 0) {
+      if (errno == EEXIST) throw JournalError(fmt::format("{} exists already", path.string()));
+      reports::throw_io_error(errno, "cannot create journal", path);
+    }
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::unlink(tmp.c_str());
+  return Journal(fd, path);
 }
 
 Journal Journal::reopen(const std::filesystem::path& path) {
   const std::string text = slurp(path);
-  const auto keep = complete_prefix(text);
+  const auto keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
   if (keep != text.size()) {
     std::error_code ec;
     std::filesystem::resize_file(path, keep, ec);
-    if (ec)
-      throw JournalError(fmt::format("cannot cut the torn tail of {}: {}", path.string(), ec.message()));
+    if (ec) reports::throw_io_error(ec.value(), "cannot cut the torn tail of", path);
   }
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd < 0) throw JournalError(sys_error("cannot open journal", path));
+  if (fd < 0) reports::throw_io_error(errno, "cannot open journal", path);
   return Journal(fd, path);
 }
 
@@ -117,16 +126,19 @@ Journal::~Journal() {
 }
 
 void Journal::append(const nlohmann::json& record) {
-  // One write() per line: with O_APPEND the line lands whole or (if killed inside the call) as a torn tail
-  // that read_journal() drops; user-space buffering could lose several records instead.
-  const std::string line = record.dump() + "\n";
+  // One write() per line: with O_APPEND the line lands whole or (if killed inside the call, or on a full
+  // disk) as a torn tail that read_journal() drops; user-space buffering could lose several records instead.
+  const std::string line = reports::json_text(record) + "\n";
   std::lock_guard lock(*mu_);
-  std::size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw JournalError(sys_error("cannot append to journal", path_));
-    done += static_cast<std::size_t>(n);
+  if (fd_ < 0) reports::throw_io_error(EIO, "an earlier write failed, no more records go to", path_);
+  const off_t size = ::lseek(fd_, 0, SEEK_END);
+  try {
+    reports::write_all(fd_, line, path_);
+  } catch (...) {
+    // A partial line (disk full) is cut off again, so that a later record cannot glue onto it and leave a
+    // malformed line in the middle of the journal; if even that fails, this journal takes no more records.
+    if (size < 0 || ::ftruncate(fd_, size) != 0) ::close(fd_), fd_ = -1;
+    throw;
   }
 }
 

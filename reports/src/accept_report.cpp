@@ -1,30 +1,22 @@
 #include "driftcheck/reports/accept_report.hpp"
 
-#include <cmath>
-#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "driftcheck/reports/json_text.hpp"
 
 namespace driftcheck::reports {
 namespace {
 
 using nlohmann::json;
 
-// KL is infinite when a backend's logits are NaN/Inf: JSON has no infinity, so it is written as a string.
-json num(double v) {
-  if (std::isfinite(v)) return v;
-  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
-}
-
+// KL is infinite when a backend's logits are NaN/Inf: written as every driftcheck JSON file writes non-finite
+// numbers (json_text.hpp).
 double num_from(const json& j) {
-  if (j.is_number()) return j.get<double>();
-  const std::string s = j.get<std::string>();
-  if (s == "inf") return std::numeric_limits<double>::infinity();
-  if (s == "-inf") return -std::numeric_limits<double>::infinity();
-  if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
-  throw std::runtime_error(fmt::format("'{}' is not a number", s));
+  if (const auto v = read_number_json(j)) return *v;
+  throw std::runtime_error(fmt::format("{} is not a number", j.dump()));
 }
 
 json row_json(const AcceptRow& r) {
@@ -38,8 +30,8 @@ json row_json(const AcceptRow& r) {
           {"nonfinite_positions", r.nonfinite_positions},
           {"top1_agreement", r.top1_agreement},
           {"topk_overlap", r.topk_overlap},
-          {"kl_mean", num(r.kl_mean)},
-          {"kl_max", num(r.kl_max)},
+          {"kl_mean", number_json(r.kl_mean)},
+          {"kl_max", number_json(r.kl_max)},
           {"tv_mean", r.tv_mean},
           {"greedy_k2", r.greedy_k2},
           {"greedy_k3", r.greedy_k3},

@@ -94,21 +94,6 @@ std::int64_t DriftStats::failed() const {
   return n;
 }
 
-nlohmann::json number_json(double v) {
-  if (std::isfinite(v)) return v;
-  if (std::isnan(v)) return "nan";
-  return v > 0 ? "inf" : "-inf";
-}
-
-double number_from_json(const nlohmann::json& j) {
-  if (j.is_number()) return j.get<double>();
-  const std::string s = j.get<std::string>();
-  if (s == "inf") return std::numeric_limits<double>::infinity();
-  if (s == "-inf") return -std::numeric_limits<double>::infinity();
-  if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
-  throw std::invalid_argument("'" + s + "' is not a number");
-}
-
 nlohmann::json to_json(const DriftStats& s) {
   nlohmann::json failures = nlohmann::json::object();
   for (const auto& [v, c] : s.failures) failures[v] = {{"cases", c.cases}, {"first_case", c.first_case}};

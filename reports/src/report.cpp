@@ -1,17 +1,12 @@
 #include "driftcheck/reports/report.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <set>
-#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/reports/json_text.hpp"
 #include "markdown.hpp"
 
 namespace driftcheck::reports {
@@ -29,11 +24,11 @@ nlohmann::json backend_json(const BackendReport& b) {
                       {"passed", b.passed},
                       {"failures_by_verdict", b.failures_by_verdict},
                       {"distinct_findings", b.distinct_findings},
-                      {"worst_ratio", b.worst_ratio},
+                      {"worst_ratio", number_json(b.worst_ratio)},
                       {"worst_case", b.worst_case},
-                      {"check_seconds", b.check_seconds},
+                      {"check_seconds", number_json(b.check_seconds)},
                       {"error", b.error}};
-  j["first_finding_s"] = b.first_finding_s ? nlohmann::json(*b.first_finding_s) : nlohmann::json(nullptr);
+  j["first_finding_s"] = b.first_finding_s ? number_json(*b.first_finding_s) : nlohmann::json(nullptr);
   nlohmann::json drift = nlohmann::json::object();
   for (const auto& [format, d] : b.drift) drift[format] = to_json(d);
   j["drift"] = drift;
@@ -47,10 +42,10 @@ nlohmann::json finding_json(const FindingReport& f) {
           {"verdict", f.verdict},
           {"shape_class", f.shape_class},
           {"detail", f.detail},
-          {"worst_ratio", f.worst_ratio},
+          {"worst_ratio", number_json(f.worst_ratio)},
           {"seed", f.seed},
           {"case_index", f.case_index},
-          {"found_after_s", f.found_after_s},
+          {"found_after_s", number_json(f.found_after_s)},
           {"shrink_steps", f.shrink_steps},
           {"shrink_tries", f.shrink_tries},
           {"shrink_minimal", f.shrink_minimal},
@@ -161,15 +156,19 @@ void markdown_list(std::string_view title, const std::vector<std::string>& items
 nlohmann::json to_json(const Report& r) {
   nlohmann::json ops = nlohmann::json::array();
   for (const auto& o : r.ops)
-    ops.push_back({{"op", o.op}, {"cases", o.cases}, {"reference_seconds", o.reference_seconds}});
+    ops.push_back(
+        {{"op", o.op}, {"cases", o.cases}, {"reference_seconds", number_json(o.reference_seconds)}});
   nlohmann::json backends = nlohmann::json::array();
   for (const auto& b : r.backends) backends.push_back(backend_json(b));
   nlohmann::json findings = nlohmann::json::array();
   for (const auto& f : r.findings) findings.push_back(finding_json(f));
   nlohmann::json divergence = nlohmann::json::array();
   for (const auto& d : r.divergence)
-    divergence.push_back(
-        {{"op", d.op}, {"a", d.a}, {"b", d.b}, {"max_ulps", d.max_ulps}, {"shared_cases", d.shared_cases}});
+    divergence.push_back({{"op", d.op},
+                          {"a", d.a},
+                          {"b", d.b},
+                          {"max_ulps", number_json(d.max_ulps)},
+                          {"shared_cases", d.shared_cases}});
   return {{"format", kReportFormatName},
           {"format_version", kReportFormatVersion},
           {"tool_version", r.tool_version},
@@ -177,7 +176,7 @@ nlohmann::json to_json(const Report& r) {
           {"seed", r.seed},
           {"cases", r.cases},
           {"checks", r.checks},
-          {"seconds", r.seconds},
+          {"seconds", number_json(r.seconds)},
           {"ops", ops},
           {"backends", backends},
           {"findings", findings},
@@ -204,31 +203,8 @@ std::string to_markdown(const Report& r) {
   return md;
 }
 
-void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(errno)));
-  std::size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(err)));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  // fsync before rename: otherwise a crash after the rename can leave an empty file under the final name.
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced || ::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error(fmt::format("cannot replace {}: {}", path.string(), std::strerror(errno)));
-}
-
 void write_reports(const Report& r, const std::filesystem::path& dir) {
-  write_file_atomic(dir / "report.json", to_json(r).dump(2) + "\n");
+  write_file_atomic(dir / "report.json", json_text(to_json(r), 2) + "\n");
   write_file_atomic(dir / "report.md", to_markdown(r));
 }
 

@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "driftcheck/device/one_line.hpp"
+
 namespace driftcheck::external {
 namespace {
 
@@ -27,7 +29,7 @@ class Reader {
   bool require_runner() const { return require_runner_; }
 
   [[noreturn]] void fail(const toml::source_region& where, std::string_view problem) const {
-    throw BackendFileError(fmt::format("{}:{}: {}", file_.string(), where.begin.line, problem));
+    throw BackendFileError(one_line(fmt::format("{}:{}: {}", file_.string(), where.begin.line, problem)));
   }
   [[noreturn]] void fail(const toml::node& n, std::string_view problem) const { fail(n.source(), problem); }
 

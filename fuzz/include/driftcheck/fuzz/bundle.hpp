@@ -1,21 +1,22 @@
 // Repro bundles: everything needed to re-run one finding alone, in one directory.
 //   case.json     format "driftcheck.case": the CaseSpec, op, seed, case index, and a readable layout of each
-//   tensor tensors.bin   format "DCTENSOR": every storage of the pristine case (guard bands included) and
-//   every view into
-//                 it (name, storage, shape, strides, offset), so aliasing and guard bands are reproduced byte
-//                 for byte even if the generator changes later
+//                 tensor
+//   tensors.bin   format "DCTENSOR": every storage of the pristine case (guard bands included) and every view
+//                 into it (name, storage, shape, strides, offset), so aliasing and guard bands are reproduced
+//                 byte for byte even if the generator changes later
 //   finding.json  format "driftcheck.finding": op, backend, verdict, metrics, tolerance, worst index, seed,
-//   case
-//                 index, shape class and the exact replay command
-// A bundle is written into a temp directory and renamed into place, so a bundle directory is always complete.
+//                 case index, shape class and the exact replay command
+// A bundle is written into a temp directory and swapped into place, so a bundle directory is always complete.
 #pragma once
 
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/fuzz/errors.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 
@@ -24,15 +25,12 @@ namespace driftcheck::fuzz {
 inline constexpr int kBundleFormatVersion = 1;
 inline constexpr int kTensorFileVersion = 1;
 
-// A bundle or tensor file that cannot be read: the message names the file and the problem.
-class BundleError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 // Binary tensor files (little-endian; layout in docs/CAMPAIGN.md).
 void write_tensors(const std::filesystem::path& path, const Case& c);
 std::map<std::string, Tensor, std::less<>> read_tensors(const std::filesystem::path& path);
+// The same from the file's bytes; `name` prefixes errors. Every view must lie inside its storage and hold no
+// more elements than it (so nothing a reader allocates later exceeds the file's size).
+std::map<std::string, Tensor, std::less<>> parse_tensors(std::string data, const std::string& name);
 
 // What finding.json holds, besides the format fields.
 struct FindingRecord {
@@ -56,9 +54,26 @@ struct Bundle {
   nlohmann::json finding;  // finding.json as written
 };
 
-// Writes DIR atomically, replacing a bundle already there.
+// Writes DIR atomically, replacing a bundle already there. On failure (std::system_error naming the file) no
+// temp directory is left behind and DIR is unchanged.
 void write_bundle(const std::filesystem::path& dir, const CaseSpec& spec, const Case& pristine,
                   const FindingRecord& finding);
+// Reads and validates a bundle: case.json and finding.json field by field, tensors.bin byte by byte, and the
+// tensors against the spec's op and parameters (the case is built from the stored tensors; the spec is never
+// materialised). Throws BundleError naming the file and the field.
 Bundle read_bundle(const std::filesystem::path& dir);
+// The same from the three files' contents (`dir` names them in errors).
+Bundle parse_bundle(std::string_view case_json, std::string tensors_bin, std::string_view finding_json,
+                    const std::filesystem::path& dir);
+
+// The readers of read_bundle, on a file's text (`name` prefixes errors): case.json gives the spec, seed and
+// case index; finding.json is returned once its format and the fields replay uses are checked.
+struct CaseFile {
+  CaseSpec spec;
+  std::uint64_t seed = 0;
+  std::uint64_t case_index = 0;
+};
+CaseFile parse_case_json(std::string_view text, const std::string& name);
+nlohmann::json parse_finding_json(std::string_view text, const std::string& name);
 
 }  // namespace driftcheck::fuzz

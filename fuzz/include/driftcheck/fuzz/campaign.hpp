@@ -20,18 +20,13 @@
 #include <vector>
 
 #include "driftcheck/device/backend.hpp"
+#include "driftcheck/fuzz/errors.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/progress.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 #include "driftcheck/reports/report.hpp"
 
 namespace driftcheck::fuzz {
-
-// Bad input from the user (unknown op or backend, conflicting flags, an existing campaign directory): exit 2.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 inline constexpr double kDefaultSeconds = 20.0;
 inline constexpr std::string_view kToolVersion = "0.1.0";

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/device/one_line.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 #include "driftcheck/reports/report.hpp"
 
@@ -29,9 +30,6 @@ namespace driftcheck::fuzz {
 
 inline constexpr std::string_view kExchangeFormat = "driftcheck.exchange";
 inline constexpr int kExchangeFormatVersion = 1;
-
-// `s` with control characters escaped (\n, \x01): names and ids from a file stay on one line in a message.
-std::string one_line(std::string_view s);
 
 // A manifest, case file or outputs file that cannot be used: "<file>: <problem>", one line.
 class ExchangeError : public std::runtime_error {

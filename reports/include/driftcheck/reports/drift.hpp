@@ -10,6 +10,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "driftcheck/reports/json_text.hpp"  // number_json, number_from_json
+
 namespace driftcheck::reports {
 
 // Histogram of per-case error / tolerance ratios with 32 linear sub-bins per binary octave (relative bin
@@ -70,9 +72,5 @@ struct DriftStats {
 nlohmann::json to_json(const DriftStats& s);
 // Throws nlohmann::json::exception (or std::invalid_argument for a bad number string) on a malformed object.
 DriftStats drift_stats_from_json(const nlohmann::json& j);
-
-// Numbers that may be infinite or NaN: a JSON number when finite, else "inf", "-inf" or "nan".
-nlohmann::json number_json(double v);
-double number_from_json(const nlohmann::json& j);
 
 }  // namespace driftcheck::reports

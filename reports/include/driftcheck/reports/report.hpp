@@ -1,6 +1,7 @@
 // The report model of a campaign: one plain struct the campaign fills in, and writers that render it. Writers
 // never compute anything the model does not hold, so the JSON (for machines) and the Markdown (for people)
-// always agree. Both files carry a format version and are written atomically (temp file + rename).
+// always agree. Both files carry a format version and are written atomically (temp file + rename); non-finite
+// numbers are written as in every driftcheck JSON file (json_text.hpp).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "driftcheck/reports/drift.hpp"
+#include "driftcheck/reports/file_io.hpp"  // write_file_atomic
 
 namespace driftcheck::reports {
 
@@ -97,10 +99,6 @@ struct Report {
 
 nlohmann::json to_json(const Report& r);
 std::string to_markdown(const Report& r);
-
-// Writes `content` to a temp file beside `path`, flushes it and renames it over `path`, so a reader sees the
-// old file or the new one, never a torn one. Throws std::runtime_error naming the path on failure.
-void write_file_atomic(const std::filesystem::path& path, std::string_view content);
 
 // DIR/report.json and DIR/report.md.
 void write_reports(const Report& r, const std::filesystem::path& dir);

@@ -1,0 +1,371 @@
+// Fault injection against the driftcheck binary (docs/CAMPAIGN.md "Durability"): a full disk (a small tmpfs
+// when the test may mount one, and the DRIFTCHECK_FAULT_ENOSPC_AFTER seam at many points), kill -9 at random
+// points followed by --resume and compared with an uninterrupted run, Ctrl-C/SIGTERM in every phase that
+// takes time, worker threads that cannot be created (the DRIFTCHECK_FAULT_THREADS seam and a real
+// address-space limit), and a closed stderr. Every test runs the real binary in a child process.
+#include <gtest/gtest.h>
+
+#include <sys/mount.h>
+
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "campaign_files.hpp"
+#include "driftcheck/reports/file_io.hpp"
+#include "driftcheck_process.hpp"
+
+namespace driftcheck::testing {
+namespace {
+
+// Cheap mutants (the norm family and concat): 16 cases give about 15 distinct findings, all shrunk within a
+// second, so one short campaign has every phase (journal, discovery, bundles, shrinking, report).
+const std::string kCheapMutants = "mutant.concat.*,mutant.rmsnorm.oob_write,mutant.dual.halves_swapped";
+
+// A campaign that is deterministic to the byte: one job (the lowest failing case of each signature is the one
+// bundled) and a shrink budget that never binds (each shrink ends on its 200-step cap or on a minimum).
+std::vector<std::string> fuzz_args(const fs::path& out, const std::string& backends = kCheapMutants,
+                                   const std::string& cases = "16") {
+  return {"fuzz", "--backend", backends, "--cases", cases,       "--jobs", "1", "--shrink-seconds",
+          "120",  "--seed",    "7",      "--out",   out.string()};
+}
+std::vector<std::string> resume_args(const fs::path& out, const std::string& cases = "16") {
+  return {"fuzz", "--resume",         "--cases", cases,   "--jobs",
+          "1",    "--shrink-seconds", "120",     "--out", out.string()};
+}
+
+ChildOptions with_env(std::string assignment) {
+  ChildOptions o;
+  o.env.push_back(std::move(assignment));
+  return o;
+}
+
+Outcome run(const std::vector<std::string>& args, const ChildOptions& o = {}) {
+  Child c(args, o);
+  return c.wait();
+}
+
+fs::path fresh(const std::string& name) {
+  const auto dir = scratch() / name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+// A run that was stopped continues with --resume; one stopped before its journal existed starts again (a
+// --resume without a journal would start the default campaign, not this one).
+std::vector<std::string> continue_args(const fs::path& out) {
+  return fs::exists(out / "journal.jsonl") ? resume_args(out) : fuzz_args(out);
+}
+
+// The uninterrupted campaign every fault is compared with (run once per test process), and how long it took.
+struct Reference {
+  fs::path dir;
+  double seconds = 0;
+};
+const Reference& reference_run() {
+  static const Reference ref = [] {
+    Reference r{fresh("reference"), 0};
+    const Outcome o = run(fuzz_args(r.dir));
+    EXPECT_EQ(o.code, 1) << o.err;
+    r.seconds = o.seconds;
+    return r;
+  }();
+  return ref;
+}
+const fs::path& reference() {
+  return reference_run().dir;
+}
+
+std::size_t error_lines(const Outcome& r, const std::string& text) {
+  std::size_t n = 0;
+  for (const auto& l : lines_of(r.err)) n += l.find(text) != std::string::npos;
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Disk full
+
+// A write fails with ENOSPC after `budget` bytes: the run stops with exit 3 and one line naming the file,
+// leaves no half-written bundle, and --resume (with room again) finishes the very campaign an uninterrupted
+// run makes.
+void expect_disk_full_then_resume(const fs::path& dir, const Outcome& full) {
+  EXPECT_EQ(full.signal, 0) << "killed by a signal: " << full.err;
+  EXPECT_EQ(full.code, 3) << full.err;
+  EXPECT_EQ(full.err.find("terminate called"), std::string::npos) << full.err;
+  // The first failure is the one named (later ones, such as the report that cannot be written either,
+  // follow).
+  const auto first = full.err.find("I/O error: ");
+  ASSERT_NE(first, std::string::npos) << full.err;
+  EXPECT_NE(full.err.find("No space left on device", first), std::string::npos) << full.err;
+  if (fs::exists(dir / "findings")) {
+    for (const auto& name : bundle_names(dir)) EXPECT_FALSE(name.ends_with(".tmp")) << name;
+  }
+  const Outcome resumed = run(continue_args(dir));
+  ASSERT_EQ(resumed.code, 1) << resumed.err;
+  expect_every_finding_bundled(dir);
+  expect_same_campaign(reference(), dir);
+}
+
+TEST(DiskFull, InjectedAtManyPointsTheRunStopsCleanlyAndResumeFinishesIt) {
+  if (!reports::fault_injection_available()) GTEST_SKIP() << "built without DRIFTCHECK_FAULT_INJECTION";
+  std::uintmax_t total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(reference()))
+    if (e.is_regular_file()) total += e.file_size();
+  // From the journal's header to the last bundles: fractions of everything the campaign writes.
+  for (const double share : {0.0, 0.001, 0.01, 0.05, 0.2, 0.5, 0.8, 0.95}) {
+    const auto budget = static_cast<std::uintmax_t>(share * static_cast<double>(total));
+    SCOPED_TRACE("ENOSPC after " + std::to_string(budget) + " of " + std::to_string(total) + " bytes");
+    const auto dir = fresh("enospc_" + std::to_string(budget));
+    const Outcome full =
+        run(fuzz_args(dir), with_env("DRIFTCHECK_FAULT_ENOSPC_AFTER=" + std::to_string(budget)));
+    expect_disk_full_then_resume(dir, full);
+  }
+}
+
+// The real thing where the test may mount a tmpfs (root in CI): a campaign on a filesystem that fills up,
+// then resumed on the same filesystem after it grows.
+TEST(DiskFull, OnASmallTmpfsTheRunStopsCleanlyAndResumesAfterItGrows) {
+  const auto mnt = fresh("tmpfs");
+  fs::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=160k") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno)
+                 << "); the injected ENOSPC test covers it";
+  struct Unmount {
+    fs::path p;
+    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  const auto dir = mnt / "campaign";
+  const Outcome full = run(fuzz_args(dir));
+  ASSERT_EQ(::mount("tmpfs", mnt.c_str(), "tmpfs", MS_REMOUNT, "size=64m"), 0) << std::strerror(errno);
+  expect_disk_full_then_resume(dir, full);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// kill -9 at random points, then --resume
+
+// One sequence: kill the campaign at a random time, kill its resumption at another, resume it to the end, and
+// compare with the uninterrupted run. Returns how many kills landed on a running process.
+int kill_twice_and_resume(std::mt19937& rng, const std::string& name) {
+  const auto dir = fresh(name);
+  const double t = reference_run().seconds;
+  std::uniform_real_distribution<double> first(0.0, 0.95 * t), second(0.0, 0.6 * t);
+  int landed = 0;
+  for (const double at : {first(rng), second(rng)}) {
+    Child c(continue_args(dir));
+    while (c.elapsed() < at && c.running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    landed += c.signal(SIGKILL);
+    const Outcome o = c.wait();
+    EXPECT_TRUE(o.signal == SIGKILL || o.code == 1) << name << " at " << at << " s: " << o.err;
+  }
+  const Outcome done = run(continue_args(dir));
+  EXPECT_EQ(done.code, 1) << name << ": " << done.err;
+  expect_every_finding_bundled(dir);
+  expect_same_campaign(reference(), dir);
+  return landed;
+}
+
+// At least 6 kills per shard; 4 shards (ctest runs them in parallel): 24 kills or more per suite run.
+void kill_shard(unsigned seed) {
+  (void)reference_run();
+  std::mt19937 rng(seed);
+  int landed = 0;
+  for (int sequence = 0; landed < 6 && sequence < 12; ++sequence) {
+    const std::string name = "kill_" + std::to_string(seed) + "_" + std::to_string(sequence);
+    SCOPED_TRACE(name);
+    landed += kill_twice_and_resume(rng, name);
+  }
+  EXPECT_GE(landed, 6);
+}
+
+TEST(KillResume, Shard1) {
+  kill_shard(1);
+}
+TEST(KillResume, Shard2) {
+  kill_shard(2);
+}
+TEST(KillResume, Shard3) {
+  kill_shard(3);
+}
+TEST(KillResume, Shard4) {
+  kill_shard(4);
+}
+
+// The states a kill -9 inside a bundle write leaves, built by hand so that each is met every time (the random
+// kills meet them by chance). Shrinking is off on resume, so the bundles must come back without its help.
+struct CrashState {
+  fs::path dir;
+  std::string id;     // the finding whose bundle write was interrupted
+  std::string saved;  // its bundle's finding.json before the "kill"
+};
+CrashState unshrunk_campaign(const std::string& name) {
+  CrashState s{fresh(name), "", ""};
+  auto args = fuzz_args(s.dir);
+  args[8] = "0";  // --shrink-seconds 0: every bundle is its drawn case
+  EXPECT_EQ(run(args).code, 1);
+  s.id = report_of(s.dir).at("findings")[0].at("id");
+  s.saved = slurp(s.dir / "findings" / s.id / "finding.json");
+  return s;
+}
+void expect_resume_restores(const CrashState& s) {
+  const Outcome r = run({"fuzz", "--resume", "--shrink-seconds", "0", "--out", s.dir.string()});
+  EXPECT_EQ(r.code, 1) << r.err;
+  expect_every_finding_bundled(s.dir);
+  EXPECT_EQ(slurp(s.dir / "findings" / s.id / "finding.json"), s.saved);
+}
+
+// Killed after the finding's record, inside the write of its first bundle: a partial temp directory and no
+// bundle record.
+TEST(CrashStates, AKillInsideTheFirstBundleWrite) {
+  const CrashState s = unshrunk_campaign("crash_first_write");
+  std::string kept;
+  for (const auto& line : lines_of(slurp(s.dir / "journal.jsonl")))
+    if (!(line.find(R"("type":"bundle")") != std::string::npos && line.find(s.id) != std::string::npos))
+      kept += line + "\n";
+  std::ofstream(s.dir / "journal.jsonl", std::ios::trunc) << kept;
+  fs::rename(s.dir / "findings" / s.id, s.dir / "findings" / (s.id + ".tmp"));
+  fs::resize_file(s.dir / "findings" / (s.id + ".tmp") / "finding.json", 10);
+  expect_resume_restores(s);
+}
+
+// Killed between the two renames of a replacement (filesystems without RENAME_EXCHANGE): the journaled bundle
+// moved aside to .old, the new one complete in .tmp, none under the bundle's name.
+TEST(CrashStates, AKillBetweenTheTwoRenamesOfAReplacement) {
+  const CrashState s = unshrunk_campaign("crash_renames");
+  const auto bundle = s.dir / "findings" / s.id;
+  fs::rename(bundle, bundle.string() + ".old");
+  fs::copy(bundle.string() + ".old", bundle.string() + ".tmp");
+  expect_resume_restores(s);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Signals
+
+// The ids of the findings whose bundle the journal records as shrunk (an interrupted shrink is recorded too).
+std::set<std::string> shrunk_ids(const fs::path& dir) {
+  std::set<std::string> ids;
+  for (const auto& line : lines_of(slurp(dir / "journal.jsonl"))) {
+    const auto r = nlohmann::json::parse(line);
+    if (r.at("type") == "bundle" && r.at("shrunk") == true) ids.insert(r.at("id").get<std::string>());
+  }
+  return ids;
+}
+
+// Ctrl-C in the shrink phase ends it after the steps in flight (not at its budget), and the report is
+// written. Shown by what was done rather than by a time limit: an ignored signal lets the phase shrink every
+// finding.
+TEST(Signals, CtrlCInTheShrinkPhaseEndsItWithinAStep) {
+  const auto dir = fresh("sigint_shrink");
+  // Every attention mutant: 28 findings whose shrinking takes about 16 s on an idle 2-core machine (longer on
+  // a loaded one, which only leaves more of them unshrunk when the signal lands).
+  Child c(fuzz_args(dir, "mutant.attn.*", "12"));
+  ASSERT_TRUE(c.wait_for_err("shrinking", 600)) << c.err_so_far();
+  ASSERT_TRUE(c.signal(SIGINT));
+  const Outcome o = c.wait();
+  EXPECT_EQ(o.code, 1) << o.err;
+  const auto report = report_of(dir);
+  ASSERT_GT(report.at("findings").size(), 2u);
+  EXPECT_LT(shrunk_ids(dir).size(), report.at("findings").size()) << "the shrink phase went on after Ctrl-C";
+  for (const auto& f : report.at("findings")) EXPECT_FALSE(f.at("bundle").get<std::string>().empty());
+}
+
+// Ctrl-C while a resumed run writes the bundles a kill left missing: it stops there, and the next --resume
+// writes the rest.
+TEST(Signals, CtrlCWhileResumeRewritesBundles) {
+  const auto dir = fresh("sigint_rebundle");
+  // Every attention mutant: about 28 findings, a couple of seconds to bundle again.
+  ASSERT_EQ(run({"fuzz", "--backend", "mutant.attn.*", "--cases", "12", "--jobs", "1", "--shrink-seconds",
+                 "0", "--seed", "7", "--out", dir.string()})
+                .code,
+            1);
+  fs::remove_all(dir / "findings");
+  Child c({"fuzz", "--resume", "--shrink-seconds", "0", "--out", dir.string()});
+  ASSERT_TRUE(c.wait_for_err("writing them again", 600)) << c.err_so_far();
+  c.signal(SIGINT);
+  const Outcome o = c.wait();
+  EXPECT_EQ(o.code, 1) << o.err;
+  // Each bundle redraws and evaluates an attention case (tens of ms or more): the signal, sent within
+  // milliseconds of the warning, lands before the last one.
+  const auto report = report_of(dir);
+  int without_bundle = 0;
+  for (const auto& f : report.at("findings")) without_bundle += f.at("bundle").get<std::string>().empty();
+  EXPECT_GT(without_bundle, 0) << "the interrupt was not honoured while bundles were rewritten";
+  const Outcome again = run({"fuzz", "--resume", "--shrink-seconds", "0", "--out", dir.string()});
+  EXPECT_EQ(again.code, 1) << again.err;
+  expect_every_finding_bundled(dir);
+}
+
+// SIGTERM in discovery ends it after the cases in flight, a second one kills at once; either way the journal
+// resumes.
+TEST(Signals, SigtermInDiscoveryThenASecondOneAndResume) {
+  const auto dir = fresh("sigterm_twice");
+  Child c(fuzz_args(dir, kCheapMutants, "1000000"));
+  while (!fs::exists(dir / "journal.jsonl") && c.running())
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  c.signal(SIGTERM);
+  // Apart, so that the two are not merged into one; the second kills the process if it is still finishing.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  c.signal(SIGTERM);
+  const Outcome o = c.wait();
+  EXPECT_TRUE(o.signal == SIGTERM || o.code == 1) << "exit " << o.code << ": " << o.err;
+  const Outcome resumed = run(resume_args(dir, "40"));
+  EXPECT_EQ(resumed.code, 1) << resumed.err;
+  expect_every_finding_bundled(dir);
+}
+
+TEST(Signals, AClosedStderrDoesNotKillTheRunOrLoseTheReport) {
+  const auto dir = fresh("sigpipe");
+  ChildOptions o;
+  o.stderr_to_closed_pipe = true;
+  const Outcome r = run(fuzz_args(dir), o);
+  EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal;
+  EXPECT_EQ(r.code, 1);
+  expect_same_campaign(reference(), dir);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Threads that cannot be created
+
+TEST(Threads, NoWorkerThreadAtAllIsExitThreeWithAReport) {
+  if (!reports::fault_injection_available()) GTEST_SKIP() << "built without DRIFTCHECK_FAULT_INJECTION";
+  const auto dir = fresh("no_threads");
+  const Outcome r = run(fuzz_args(dir), with_env("DRIFTCHECK_FAULT_THREADS=0"));
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_EQ(error_lines(r, "cannot start a worker thread"), 1u) << r.err;
+  EXPECT_EQ(report_of(dir).at("exit_code"), 3);
+}
+
+TEST(Threads, FewerThreadsThanAskedStillRunTheWholeCampaign) {
+  if (!reports::fault_injection_available()) GTEST_SKIP() << "built without DRIFTCHECK_FAULT_INJECTION";
+  const auto dir = fresh("one_thread");
+  auto args = fuzz_args(dir);
+  args[6] = "4";  // --jobs 4, one of which starts
+  const Outcome r = run(args, with_env("DRIFTCHECK_FAULT_THREADS=1"));
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(error_lines(r, "started 1 of 4 worker threads"), 1u) << r.err;
+  expect_same_campaign(reference(), dir);
+}
+
+// A real limit: 2 GB of address space cannot hold a thousand 8 MB thread stacks. (ASan reserves terabytes of
+// address space, so its build cannot run under the limit at all.)
+TEST(Threads, AThousandJobsUnderAnAddressSpaceLimitDoNotAbort) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer cannot run under RLIMIT_AS";
+#endif
+  const auto dir = fresh("ulimit");
+  auto args = fuzz_args(dir);
+  args[6] = "1000";
+  ChildOptions o;
+  o.address_space = rlim_t{2000} << 20;
+  const Outcome r = run(args, o);
+  EXPECT_EQ(r.signal, 0) << r.err;
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(error_lines(r, "worker threads (Resource temporarily unavailable)"), 1u) << r.err;
+}
+
+}  // namespace
+}  // namespace driftcheck::testing
