@@ -1,18 +1,16 @@
 // The errors driftcheck reports, and their exit codes (docs/CAMPAIGN.md "Exit codes and errors"). run_cli
 // maps each to one line on stderr:
-//   UsageError                2  "driftcheck: error: ..."        bad flag values, unknown names, an --out that
-//                                                                 cannot be used, a directory in use by another run
-//   JournalError              2  "driftcheck: bad journal: ..."  a journal that cannot be read (file, line, field)
-//   BundleError               2  "driftcheck: bad bundle: ..."   a bundle file that cannot be read (file, field)
-//   external::BackendFileError, BadBackend, PluginError, ExchangeError
-//                             2  "driftcheck: bad backends file: ...", "bad backend: ...", "bad plugin: ...",
-//                                "bad input: ..." (docs/PROTOCOL.md, PLUGIN.md, EXCHANGE.md)
-//   InputError                2  "driftcheck: bad <kind>: ..."   a gate config, baseline, corpus entry or golden
-//                                                                 file (input_error.hpp, docs/GATE.md)
-//   std::system_error         3  "driftcheck: I/O error: ..."    a write or read of campaign files failed mid-run
-//                                                                 (disk full, I/O error, no thread): file named
-//   std::bad_alloc            3  "driftcheck: out of memory"
-//   anything else             3  "driftcheck: internal error: ..."
+// - exit 2, bad usage or bad input:
+//   UsageError "driftcheck: error: ..." (bad flag values, unknown names, an --out that cannot be used, a
+//   directory in use by another run); JournalError "driftcheck: bad journal: ..." (file, line, field);
+//   BundleError "driftcheck: bad bundle: ..." (file, field); external::BackendFileError, BadBackend,
+//   PluginError, ExchangeError "driftcheck: bad backends file / backend / plugin / input: ..."
+//   (docs/PROTOCOL.md, PLUGIN.md, EXCHANGE.md); InputError "driftcheck: bad <kind>: ..." (a gate config,
+//   baseline, corpus entry or golden file: input_error.hpp, docs/GATE.md).
+// - exit 3, internal or I/O error: std::system_error "driftcheck: I/O error: ..." (a write or read of
+// campaign
+//   files failed mid-run: disk full, I/O error, no thread; the file named), std::bad_alloc "driftcheck: out
+//   of memory", anything else "driftcheck: internal error: ...".
 // Readers of the JSON files driftcheck writes use json_fields.hpp, whose FieldError names the field; the
 // reader turns it into its own error naming the file.
 #pragma once
