@@ -7,10 +7,9 @@
 //   PluginError, ExchangeError "driftcheck: bad backends file / backend / plugin / input: ..."
 //   (docs/PROTOCOL.md, PLUGIN.md, EXCHANGE.md); InputError "driftcheck: bad <kind>: ..." (a gate config,
 //   baseline, corpus entry or golden file: input_error.hpp, docs/GATE.md).
-// - exit 3, internal or I/O error: std::system_error "driftcheck: I/O error: ..." (a write or read of
-// campaign
-//   files failed mid-run: disk full, I/O error, no thread; the file named), std::bad_alloc "driftcheck: out
-//   of memory", anything else "driftcheck: internal error: ...".
+// - exit 3, internal or I/O error: std::system_error "driftcheck: I/O error: ..." (a write or read
+//   of campaign files failed mid-run: disk full, I/O error, no thread; the file named), std::bad_alloc
+//   "driftcheck: out of memory", anything else "driftcheck: internal error: ...".
 // Readers of the JSON files driftcheck writes use json_fields.hpp, whose FieldError names the field; the
 // reader turns it into its own error naming the file.
 #pragma once
