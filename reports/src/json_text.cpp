@@ -20,6 +20,8 @@ std::string json_text(const nlohmann::json& j, int indent) {
 
 std::optional<double> read_number_json(const nlohmann::json& j) {
   if (j.is_number()) return j.get<double>();
+  // Files written before this encoding hold null for an infinity or a NaN: which one is lost, so NaN.
+  if (j.is_null()) return std::numeric_limits<double>::quiet_NaN();
   if (!j.is_string()) return std::nullopt;
   const auto& s = j.get_ref<const std::string&>();
   constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -31,7 +33,7 @@ std::optional<double> read_number_json(const nlohmann::json& j) {
 
 double number_from_json(const nlohmann::json& j) {
   if (const auto v = read_number_json(j)) return *v;
-  throw std::invalid_argument(j.dump() + " is not a number");
+  throw std::invalid_argument("'" + (j.is_string() ? j.get<std::string>() : j.dump()) + "' is not a number");
 }
 
 }  // namespace driftcheck::reports

@@ -19,7 +19,8 @@ nlohmann::json number_json(double v);
 // The text of `j` (`indent` < 0: one line), invalid UTF-8 replaced.
 std::string json_text(const nlohmann::json& j, int indent = -1);
 
-// The number `j` holds: a JSON number or one of "inf", "-inf", "nan"; nullopt for anything else.
+// The number `j` holds: a JSON number or one of "inf", "-inf", "nan" (null, which older files hold for either
+// non-finite value, reads as nan); nullopt for anything else.
 std::optional<double> read_number_json(const nlohmann::json& j);
 // The same, throwing std::invalid_argument for anything else.
 double number_from_json(const nlohmann::json& j);
