@@ -1,6 +1,6 @@
-// A whole repro bundle as replay reads it: case.json, tensors.bin and finding.json (the input holds the three,
-// separated by "\n@@\n"), then the tensors validated as a case of the spec's op and checked against the spec.
-// Any input must be read or rejected with BundleError.
+// A whole repro bundle as replay reads it: case.json, tensors.bin and finding.json (the input holds the
+// three, separated by "\n@@\n"), then the tensors validated as a case of the spec's op and checked against
+// the spec. Any input must be read or rejected with BundleError.
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -1,6 +1,7 @@
-// Journal lines (docs/CAMPAIGN.md "journal.jsonl"): the line reader and the campaign's reading of every record
-// (header arguments, findings, bundles, checkpoints with their statistics), as --resume does. Any input must be
-// read or rejected with JournalError; anything else (a crash, a sanitizer report, another exception) is a bug.
+// Journal lines (docs/CAMPAIGN.md "journal.jsonl"): the line reader and the campaign's reading of every
+// record (header arguments, findings, bundles, checkpoints with their statistics), as --resume does. Any
+// input must be read or rejected with JournalError; anything else (a crash, a sanitizer report, another
+// exception) is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>

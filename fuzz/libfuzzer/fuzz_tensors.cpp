@@ -1,6 +1,6 @@
-// tensors.bin (DCTENSOR v1, docs/CAMPAIGN.md): every storage and view. An accepted file's views are read element
-// by element through their strides and offsets, which must stay inside their storages. Any input must be read or
-// rejected with BundleError.
+// tensors.bin (DCTENSOR v1, docs/CAMPAIGN.md): every storage and view. An accepted file's views are read
+// element by element through their strides and offsets, which must stay inside their storages. Any input must
+// be read or rejected with BundleError.
 #include <cstddef>
 #include <cstdint>
 #include <string>
