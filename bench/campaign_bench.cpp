@@ -12,7 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <string_view>
+
+#include <CLI/CLI.hpp>
 
 #include "driftcheck/fuzz/campaign.hpp"
 
@@ -38,27 +39,18 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--seconds" && has_value)
-      a.seconds = std::atof(argv[++i]);
-    else if (arg == "--segments" && has_value)
-      a.segments = std::atoi(argv[++i]);
-    else if (arg == "--jobs" && has_value)
-      a.jobs = std::atoi(argv[++i]);
-    else if (arg == "--small")
-      a.small = true;
-    else if (arg == "--mutants")
-      a.mutants = true;
-    else if (arg == "--long")
-      a.seconds = 60, a.segments = 10;
-    else {
-      std::fprintf(stderr,
-                   "usage: campaign_bench [--seconds N] [--segments K] [--jobs J] [--small] [--mutants] "
-                   "[--long]\n");
-      std::exit(2);
-    }
+  CLI::App app{"campaign_bench: campaign throughput and memory over the CPU twins"};
+  app.add_option("--seconds", a.seconds, "seconds per segment");
+  app.add_option("--segments", a.segments, "segments (resumed campaigns)")->check(CLI::Range(1, 1000));
+  app.add_option("--jobs", a.jobs, "worker threads (0: one per core)")->check(CLI::Range(0, 4096));
+  app.add_flag("--small", a.small, "small cases only");
+  app.add_flag("--mutants", a.mutants, "the mutants instead of the twins");
+  app.add_flag_callback(
+      "--long", [&a] { a.seconds = 60, a.segments = 10; }, "60 s x 10 segments");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);  // --help is 0; bad usage is 2, as for every driftcheck program
   }
   return a;
 }

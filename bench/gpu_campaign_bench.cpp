@@ -18,7 +18,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-#include <string_view>
+
+#include <CLI/CLI.hpp>
 
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
@@ -37,22 +38,16 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--seconds" && has_value)
-      a.seconds = std::atof(argv[++i]);
-    else if (arg == "--attn-seconds" && has_value)
-      a.attn_seconds = std::atof(argv[++i]);
-    else if (arg == "--jobs" && has_value)
-      a.jobs = std::atoi(argv[++i]);
-    else if (arg == "--seed" && has_value)
-      a.seed = std::strtoull(argv[++i], nullptr, 10);
-    else {
-      std::fprintf(stderr,
-                   "usage: gpu_campaign_bench [--seconds N] [--attn-seconds N] [--jobs J] [--seed S]\n");
-      std::exit(2);
-    }
+  CLI::App app{
+      "gpu_campaign_bench: campaign checks/s with and without the GPU backends, GPU attention cases/s"};
+  app.add_option("--seconds", a.seconds, "seconds per campaign");
+  app.add_option("--attn-seconds", a.attn_seconds, "seconds of the GPU attention run");
+  app.add_option("--jobs", a.jobs, "worker threads")->check(CLI::Range(1, 4096));
+  app.add_option("--seed", a.seed, "campaign seed");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);  // --help is 0; bad usage is 2, as for every driftcheck program
   }
   return a;
 }
