@@ -17,6 +17,7 @@
 #include "../device/src/twin_common.hpp"
 #include "case_builders.hpp"
 #include "driftcheck/device/backend.hpp"
+#include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/reference/reference.hpp"
 
 namespace driftcheck {
@@ -65,8 +66,8 @@ TEST(Registry, EveryMutantNamesARegisteredTwinOfItsOpAndABugClass) {
 
 TEST(Registry, MatchHonoursGlobsListsAndTheMutantSwitch) {
   const Registry& r = registry();
-  EXPECT_EQ(r.match("cpu.attn.*", false).size(), 4u);
-  EXPECT_EQ(r.match("cpu.rmsnorm.*,cpu.dual.*", false).size(), 5u);
+  EXPECT_EQ(r.match("cpu.attn.*", false).size(), 5u);
+  EXPECT_EQ(r.match("cpu.rmsnorm.*,cpu.dual.*", false).size(), 6u);
   EXPECT_TRUE(r.match("mutant.*", false).empty());
   EXPECT_GE(r.match("mutant.*", true).size(), 14u);
   EXPECT_EQ(r.match("cpu.concat.copy", false).size(), 1u);
@@ -213,9 +214,24 @@ std::vector<NormCase> rmsnorm_cases() {
   return v;
 }
 
+bool reason_has(const Support& s, std::string_view text) {
+  return !s.ok && s.reason.find(text) != std::string::npos;
+}
+
+// Numerics tests run the twins with their known upstream defects repaired (a fault on misaligned rows, an
+// unmasked page tail, ...): those are checked apart, here the rounding model is.
+const Backend& numerics_of(const Backend& b) {
+  static std::map<std::string, std::unique_ptr<Backend>, std::less<>> repaired;
+  auto it = repaired.find(b.name());
+  if (it == repaired.end())
+    it = repaired.emplace(b.name(), fuzz::repaired_backend(fuzz::builtin_known_findings(), b)).first;
+  return it->second ? *it->second : b;
+}
+
 TEST(NormTwins, RmsNormTwinsMatchTheReferenceWithinTheirDeclaredRoundings) {
-  for (std::string_view name : {"cpu.rmsnorm.native", "cpu.rmsnorm.cuda", "cpu.rmsnorm.fused_add"}) {
-    const Backend& b = get(name);
+  for (std::string_view name :
+       {"cpu.rmsnorm.native", "cpu.rmsnorm.cuda", "cpu.rmsnorm.cuda_onecast", "cpu.rmsnorm.fused_add"}) {
+    const Backend& b = numerics_of(get(name));
     int ran = 0;
     for (const NormCase& nc : rmsnorm_cases()) {
       if (!b.supports(nc.c).ok) continue;
@@ -223,22 +239,29 @@ TEST(NormTwins, RmsNormTwinsMatchTheReferenceWithinTheirDeclaredRoundings) {
       std::string where;
       EXPECT_LE(norm_ratio(b, b.numerics(), nc.c, &where), 1.0) << name << " " << nc.label << ": " << where;
     }
-    EXPECT_GE(ran, 6) << name;  // every twin supports half of the grid or more
+    // The csrc kernels accept plain weights and contiguous outputs (rms_norm) or residuals (fused_add) only.
+    EXPECT_GE(ran, 4) << name;
   }
 }
 
 TEST(NormTwins, DualTwinsMatchTheReferenceAndTheUnfusedChainStaysWithinTwoRoundings) {
+  // Neither chain has a (1 + w) mode; the fused kernel takes contiguous inputs only.
   for (std::string_view name : {"cpu.dual.fused", "cpu.dual.unfused"}) {
-    const Backend& b = get(name);
+    const Backend& b = numerics_of(get(name));
     for (DType t : {DType::kBF16, DType::kF16}) {
-      for (WeightMode mode : {WeightMode::kPlain, WeightMode::kOnePlus}) {
-        DualRmsNormCatParams p;
-        p.weight_mode = mode;
-        const Case c = builders::dual_case(3, 200, t, p, 21, Layout{5, 1, 4});
+      for (const Layout& l : {Layout{0, 0, 4}, Layout{5, 1, 4}}) {
+        const Case c = builders::dual_case(3, 200, t, {}, 21, l);
+        if (l.row_pad > 0 && name == "cpu.dual.fused") {
+          EXPECT_TRUE(reason_has(b.supports(c), "contiguous")) << name;
+          continue;
+        }
         ASSERT_TRUE(b.supports(c).ok) << b.supports(c).reason;
         std::string where;
         EXPECT_LE(norm_ratio(b, b.numerics(), c, &where), 1.0) << name << ": " << where;
       }
+      DualRmsNormCatParams gemma;
+      gemma.weight_mode = WeightMode::kOnePlus;
+      EXPECT_TRUE(reason_has(b.supports(builders::dual_case(3, 200, t, gemma, 21)), "(1 + w)")) << name;
     }
   }
 }
@@ -293,17 +316,13 @@ Support supports(std::string_view backend, const AttentionSpec& s) {
   return get(backend).supports(builders::attention_case(s, 1));
 }
 
-bool reason_has(const Support& s, std::string_view text) {
-  return !s.ok && s.reason.find(text) != std::string::npos;
-}
-
 TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
   AttentionSpec decode = attn_spec(DType::kBF16, DType::kBF16, 128);
   decode.query_lens = {1, 1, 1};
   EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", decode), "16 and 32"));
   EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", decode), "16 and 32"));
   EXPECT_TRUE(supports("cpu.attn.triton_unified", decode).ok);
-  EXPECT_TRUE(supports("cpu.attn.aiter_unified", decode).ok);
+  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_unified_mi300x", decode), "16 and 32"));
 
   decode.params.block_size = 16;
   EXPECT_TRUE(supports("cpu.attn.rocm_custom", decode).ok);
@@ -322,9 +341,24 @@ TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
   EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", attn_spec(DType::kBF16, DType::kBF16, 16)),
                          "query length 5"));
   s = decode;
-  s.params.causal = false;
-  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_unified", s), "causal only"));
+  s.params.softcap = 30;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "softcap"));
+  s = decode;
+  s.kv_dtype = DType::kF8E5M2;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "e4m3"));
+  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_unified_mi355x", s), "e4m3fn only"));
   EXPECT_TRUE(supports("cpu.attn.triton_unified", s).ok);
+  s.kv_dtype = DType::kF8E4M3FNUZ;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.triton_unified", s), "e4m3fn or fp8_e5m2"));
+  EXPECT_TRUE(supports("cpu.attn.aiter_unified_mi300x", s).ok);
+  s = decode;
+  s.params.head_dim = 16;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.triton_unified", s), "head sizes 32.."));
+  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_unified_mi300x", s), "head sizes 32..256"));
+  s = decode;
+  s.params.causal = false;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_unified_mi300x", s), "asserts causal"));
+  EXPECT_TRUE(reason_has(supports("cpu.attn.triton_unified", s), "asserts causal"));
   s = decode;
   s.params.block_size = 24;
   EXPECT_TRUE(reason_has(supports("cpu.attn.triton_unified", s), "multiple of 16"));
@@ -439,7 +473,8 @@ double attention_ratio(const Backend& b, const Numerics& declared, const Case& c
 
 TEST(AttentionTwins, MatchTheReferenceWithinTheirDeclaredNumerics) {
   const auto specs = attention_specs();
-  for (const Backend* b : registry().match("cpu.attn.*", false)) {
+  for (const Backend* twin : registry().match("cpu.attn.*", false)) {
+    const Backend* b = &numerics_of(*twin);
     int ran = 0;
     for (std::size_t i = 0; i < specs.size(); ++i) {
       const Case c = builders::attention_case(specs[i], 100 + i);
@@ -453,18 +488,27 @@ TEST(AttentionTwins, MatchTheReferenceWithinTheirDeclaredNumerics) {
   }
 }
 
-// The builders poison every unused slot with NaN; the same case without poison must give the same bits.
+// The builders poison every unused slot with NaN; the same case without poison must give the same bits,
+// except for a twin that reproduces a kernel loading whole pages (aiter unified with tile == block size):
+// there the poison must show, and must vanish once that defect is repaired.
 TEST(AttentionTwins, NeverReadPoisonedSlots) {
   for (const Backend* b : registry().match("cpu.attn.*", false)) {
-    for (DType kv : {DType::kBF16, DType::kF8E4M3FNUZ}) {
+    const auto defects = b->modelled_defects();
+    const bool reads_tail = std::find(defects.begin(), defects.end(), "page_tail_unmasked") != defects.end();
+    for (DType kv : {DType::kBF16, DType::kF8E4M3FNUZ, DType::kF8E4M3FN}) {
       AttentionSpec s = attn_spec(DType::kBF16, kv, 16);
       s.query_lens = {1, 1, 1};
       AttentionSpec clean = s;
       clean.poison_unused = false;
       const Case poisoned = builders::attention_case(s, 7);
       if (!b->supports(poisoned).ok) continue;
-      EXPECT_FALSE(outputs_differ(run_clone(*b, poisoned), run_clone(*b, builders::attention_case(clean, 7))))
-          << b->name();
+      const Case unpoisoned = builders::attention_case(clean, 7);
+      EXPECT_EQ(outputs_differ(run_clone(*b, poisoned), run_clone(*b, unpoisoned)), reads_tail) << b->name();
+      if (reads_tail) {
+        const auto repaired = b->without_defects({"page_tail_unmasked"});
+        EXPECT_FALSE(outputs_differ(run_clone(*repaired, poisoned), run_clone(*repaired, unpoisoned)))
+            << b->name();
+      }
     }
   }
 }
@@ -491,6 +535,8 @@ std::map<std::string, Case> exposing_cases() {
   RmsNormParams res;
   res.residual = true;
   m["mutant.rmsnorm.stride_ignored"] = builders::rmsnorm_case(4, 64, DType::kBF16, {}, 1, Layout{8, 0, 0});
+  // rms_norm writes a contiguous output (TORCH_CHECK(out.is_contiguous())): only x is strided.
+  m["mutant.rmsnorm.stride_ignored"].tensors["y"] = builders::matrix(DType::kBF16, 4, 64);
   m["mutant.rmsnorm.residual_reread"] = builders::rmsnorm_case(2, 64, DType::kBF16, res, 1);
   m["mutant.rmsnorm.eps_outside_rsqrt"] = scaled_rmsnorm(1e-4);  // mean(x^2) ~ 1e-8, far below eps
   m["mutant.rmsnorm.act_accumulation"] = builders::rmsnorm_case(1, 1024, DType::kBF16, {}, 1);
@@ -540,10 +586,11 @@ TEST(Mutants, EachDeviatesFromItsTwinOnACaseBuiltToExposeIt) {
     if (m->name().starts_with("mutant.gpu.")) continue;               // GPU only: tests/gpu_test.cpp
     const auto it = cases.find(std::string(m->name()));
     ASSERT_NE(it, cases.end()) << "no exposing case for " << m->name();
-    const Backend& twin = get(m->mutates());
+    const Backend& twin = numerics_of(get(m->mutates()));
     ASSERT_TRUE(twin.supports(it->second).ok) << m->name() << ": " << twin.supports(it->second).reason;
     ASSERT_TRUE(m->supports(it->second).ok) << m->name();
-    EXPECT_TRUE(outputs_differ(run_clone(twin, it->second), run_clone(*m, it->second))) << m->name();
+    EXPECT_TRUE(outputs_differ(run_clone(twin, it->second), run_clone(numerics_of(*m), it->second)))
+        << m->name();
   }
 }
 

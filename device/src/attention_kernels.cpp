@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <limits>
 
 #include "twin_attention.hpp"
@@ -36,15 +38,19 @@ struct Batch {
   std::vector<float> sinks;  // per q head, in the kernel's logit domain
   DType act;
   std::int64_t num_seqs, hq, hkv, d, bs;
-  std::int64_t max_query_len;
+  std::int64_t max_query_len, max_seq_len, num_tokens;
 };
 
 // Per-case constants of the kernel's arithmetic.
 struct Plan {
   float qk_mul;   // logits = qk_mul * dot(q, k)
-  float softcap;  // in the logit domain; 0: none
+  float softcap;  // natural units; 0: none
   float v_mul;    // applied to the output (scale-after kernels) or 1
-  bool split;     // the split-KV path (its own tile size)
+  // Unified (kTiled) kernels: the launcher's choices.
+  bool split = false;     // the 3D (split-KV) path
+  std::int64_t tile = 0;  // KV tile of the chosen path
+  std::int64_t segments = 1;
+  std::int64_t block_m = 16;  // query-head rows per program (BLOCK_M)
 };
 
 std::vector<std::int32_t> load_ints(const Tensor& t) {
@@ -78,7 +84,8 @@ float log_of(ExpImpl e, float x) {
 // Keys and values of one (sequence, kv head), rows x D, as the kernel sees them before the dot products.
 struct Panel {
   std::vector<float> k, v;
-  std::int64_t rows = 0;   // gathered rows: seq_len, or whole pages for the masked-P-times-V mutant
+  std::vector<char> v_nonfinite;  // per gathered row: V holds a NaN or an infinity (0 * it is NaN)
+  std::int64_t rows = 0;   // gathered rows: seq_len, or whole pages when the kernel reads the page tail
   std::int64_t valid = 0;  // seq_len
 };
 
@@ -86,14 +93,25 @@ struct Panel {
 struct Row {
   const float* q;
   const Panel* panel;
-  std::int64_t lo, hi;  // visible keys [lo, hi]
-  bool decode;          // its sequence has query length 1
+  std::int64_t lo, hi;   // visible keys [lo, hi]
+  bool decode;           // its sequence has query length 1
+  std::int64_t j, qlen;  // query index in its sequence, and the sequence's query length
 };
 
 struct State {
   float m = kNegInf;
   float l = 1.0f;
   std::vector<float> acc;
+};
+
+// The tile range a unified kernel's program walks. A program covers BLOCK_M rows: the GQA heads of BLOCK_Q
+// consecutive queries of one sequence. They share one tile range and one load bound (vLLM
+// compute_tile_loop_bounds), so a tile may hold no visible key for one of them and still run its softmax
+// step for it.
+struct TileBounds {
+  std::int64_t tile_start = 0, tile_end = 0;  // tiles [start, end) of the block
+  std::int64_t load_end = 0;                  // keys at or past this are loaded as 0 (tile_mask)
+  std::int64_t window_v_from = std::numeric_limits<std::int64_t>::min();  // V of keys below it zeroed
 };
 
 class AttentionTwin final : public TwinBackend {
@@ -103,22 +121,41 @@ class AttentionTwin final : public TwinBackend {
 
   Support supports(const Case& c) const override;
   void run(Case& c) const override;
+  std::vector<std::string> modelled_defects() const override { return defects_on(k_, kDefects); }
+  std::unique_ptr<Backend> without_defects(const std::vector<std::string>& names) const override {
+    AttnKernel k = k_;
+    if (!repair_defects(k, kDefects, names)) return nullptr;
+    return std::make_unique<AttentionTwin>(info(), std::move(k), bug_);
+  }
 
  private:
+  // The upstream defects the kernel parameters can reproduce (docs/FINDINGS.md names each).
+  static constexpr std::array<DefectSwitch<AttnKernel>, 4> kDefects{{
+      {"softcap_from_exp", &AttnKernel::softcap_from_exp},
+      {"page_tail_unmasked", &AttnKernel::page_tail_unmasked},
+      {"masked_p_times_v", &AttnKernel::masked_p_times_v},
+      {"empty_tile_step", &AttnKernel::empty_tile_step},
+  }};
+
+  Support supports_kv(const Case& c) const;
   Batch resolve(Case& c) const;
   Plan plan(const Batch& b) const;
+  void plan_launch(const Batch& b, Plan& pl) const;
   std::int64_t kv_head(const Batch& b, std::int64_t h) const {
     return bug_ == AttnBug::kGqaModulo ? h % b.hkv : h / (b.hq / b.hkv);
   }
   std::int64_t slot_index(const Batch& b, const Tensor& cache, std::int64_t s, std::int64_t t,
                           std::int64_t g) const;
-  void gather(const Batch& b, std::int64_t s, std::int64_t g, Panel& panel) const;
+  void gather(const Batch& b, const Plan& pl, std::int64_t s, std::int64_t g, Panel& panel) const;
   void gather_one(const Batch& b, const Tensor& cache, double scale, std::int64_t s, std::int64_t g,
                   std::vector<float>& out, std::int64_t rows) const;
   Row make_row(const Batch& b, const float* q, const Panel& panel, std::int64_t s, std::int64_t j) const;
   float logit(const Batch& b, const Plan& pl, const Row& r, std::int64_t t) const;
   void run_tiles(const Batch& b, const Plan& pl, const Row& r, std::int64_t tile, std::int64_t begin,
                  std::int64_t end, State& st, std::vector<float>& scores) const;
+  TileBounds block_tiles(const Batch& b, const Plan& pl, const Row& r) const;
+  void unified_tile(const Batch& b, const Plan& pl, const Row& r, const TileBounds& tb, std::int64_t t0,
+                    State& st, std::vector<float>& scores) const;
   float compute_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h, float* out) const;
   float tiled_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h, float* out) const;
   float lse_merged_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h, float* out) const;
@@ -144,16 +181,30 @@ bool contains(const std::vector<std::int64_t>& v, std::int64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+Support AttentionTwin::supports_kv(const Case& c) const {
+  const std::string& who = k_.name_for_reasons;
+  const DType kv = c.tensor("k_cache").dtype();
+  if (kv != c.tensor("v_cache").dtype()) return Support::no("k_cache and v_cache differ in dtype");
+  if (kv == c.tensor("o").dtype()) return Support::yes();
+  if (!is_fp8(kv))
+    return Support::no(fmt::format("KV cache {}: {} reads the activation dtype or fp8", dtype_name(kv), who));
+  if (!k_.kv_dtypes.empty() &&
+      std::find(k_.kv_dtypes.begin(), k_.kv_dtypes.end(), kv) == k_.kv_dtypes.end()) {
+    std::vector<std::string_view> names;
+    for (DType t : k_.kv_dtypes) names.push_back(dtype_name(t));
+    return Support::no(
+        fmt::format("KV cache {}: {} stores fp8 as {} only", dtype_name(kv), who, join(names, " or ")));
+  }
+  return Support::yes();
+}
+
 Support AttentionTwin::supports(const Case& c) const {
   const auto& p = c.get<AttentionParams>();
   const std::string& who = k_.name_for_reasons;
   if (Support s = check_act_dtype(c.tensor("o"), "o"); !s.ok) return s;
   if (c.tensor("q").dtype() != c.tensor("o").dtype())
     return Support::no("q and o differ in dtype: the kernel reads and writes the activation dtype");
-  const DType kv = c.tensor("k_cache").dtype();
-  if (kv != c.tensor("v_cache").dtype()) return Support::no("k_cache and v_cache differ in dtype");
-  if (!(is_fp8(kv) || kv == DType::kBF16 || kv == DType::kF16))
-    return Support::no(fmt::format("KV cache {}: {} reads bf16, fp16 or fp8 caches", dtype_name(kv), who));
+  if (Support s = supports_kv(c); !s.ok) return s;
   if (p.block_size % 16 != 0)
     return Support::no(fmt::format("block_size {}: {} needs a multiple of 16", p.block_size, who));
   if (!k_.block_sizes.empty() && !contains(k_.block_sizes, p.block_size))
@@ -162,13 +213,20 @@ Support AttentionTwin::supports(const Case& c) const {
   if (!k_.head_dims.empty() && !contains(k_.head_dims, p.head_dim))
     return Support::no(fmt::format("head_dim {}: {} supports head sizes {} only", p.head_dim, who,
                                    join(k_.head_dims, " and ")));
+  if (p.head_dim < k_.min_head_dim || (k_.max_head_dim > 0 && p.head_dim > k_.max_head_dim))
+    return Support::no(fmt::format("head_dim {}: {} supports head sizes {}..{}", p.head_dim, who,
+                                   k_.min_head_dim,
+                                   k_.max_head_dim > 0 ? fmt::format("{}", k_.max_head_dim) : ""));
   const std::int64_t ratio = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
   if (k_.max_gqa_ratio > 0 && ratio > k_.max_gqa_ratio)
     return Support::no(fmt::format("GQA ratio {}: {} supports 1..{}", ratio, who, k_.max_gqa_ratio));
   if (p.window > 0 && !k_.window) return Support::no(fmt::format("sliding window: {} has none", who));
+  if (p.softcap > 0 && !k_.softcap) return Support::no(fmt::format("softcap: {} has none", who));
   if (p.has_sinks && k_.sinks == SinkPath::kNone) return Support::no(fmt::format("sinks: {} has none", who));
   if (!p.causal && !k_.non_causal)
-    return Support::no(fmt::format("non-causal attention: {} is causal only", who));
+    return Support::no(fmt::format("non-causal attention: {}", k_.causal_reason.empty()
+                                                                   ? fmt::format("{} is causal only", who)
+                                                                   : k_.causal_reason));
   if (k_.max_query_len > 0) {
     const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
     for (std::size_t s = 0; s + 1 < qsl.size(); ++s)
@@ -225,8 +283,11 @@ Batch AttentionTwin::resolve(Case& c) const {
   b.d = b.p->head_dim;
   b.bs = b.p->block_size;
   check_indices(b);
-  for (std::int64_t s = 0; s < b.num_seqs; ++s)
+  b.num_tokens = b.query_start.back();
+  for (std::int64_t s = 0; s < b.num_seqs; ++s) {
     b.max_query_len = std::max<std::int64_t>(b.max_query_len, b.query_start[s + 1] - b.query_start[s]);
+    b.max_seq_len = std::max<std::int64_t>(b.max_seq_len, b.seq_lens[static_cast<std::size_t>(s)]);
+  }
   if (b.p->has_sinks && bug_ != AttnBug::kSinkDropped) {
     const Tensor& sinks = c.tensor("sinks");
     const float fold = k_.exp == ExpImpl::kExp2Folded ? kLog2e : 1.0f;
@@ -236,15 +297,72 @@ Batch AttentionTwin::resolve(Case& c) const {
   return b;
 }
 
+// The CUDA-graph capture size closest to x (the first of equally close ones, in list order).
+std::int64_t snap_to_capture_size(std::int64_t x, const std::vector<std::int64_t>& sizes) {
+  std::int64_t best = x;
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    if (i == 0 || std::abs(sizes[i] - x) < std::abs(best - x)) best = sizes[i];
+  return best;
+}
+
+std::int64_t cdiv(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;  // C truncation, as Triton's integer division
+}
+
+std::int64_t next_pow2(std::int64_t x) {
+  return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(x, 1))));
+}
+
+// The launcher's choices of a unified kernel: 2D or 3D, tile, segments, BLOCK_M.
+void AttentionTwin::plan_launch(const Batch& b, Plan& pl) const {
+  const std::int64_t ratio = b.hq / b.hkv;
+  pl.block_m = ratio <= 16 ? 16 : next_pow2(ratio);
+  if (k_.launch == UnifiedLaunch::kVllm) {
+    // TRITON_ATTN: MIN_LAUNCH_GRID_SIZE_2D (128) / Hkv, snapped to a capture size when decode CUDA graphs
+    // are on (the default).
+    const std::int64_t threshold = snap_to_capture_size(128 / b.hkv, k_.capture_sizes);
+    pl.split = k_.split_segments > 0 && b.max_query_len <= 1 && b.num_seqs <= threshold;
+    pl.tile = pl.split ? k_.tile_decode : k_.tile_prefill;
+    if (k_.window_tile_window > 0 && b.p->window == k_.window_tile_window &&
+        contains(k_.window_tile_head_dims, b.d))
+      pl.tile = k_.window_tile;
+    pl.segments = pl.split ? k_.split_segments : 1;
+    return;
+  }
+  // aiter unified_attention (CDNA): target 4 programs per CU; the 3D kernel runs 4x more per CU.
+  const bool all_decode = b.max_query_len == 1;
+  const std::int64_t target = 4 * k_.device_cus;
+  const std::int64_t q_blocks = all_decode ? b.num_seqs : b.num_tokens / (pl.block_m / ratio) + b.num_seqs;
+  const std::int64_t grid_2d = q_blocks * b.hkv;
+  const std::int64_t decode_tile = std::min<std::int64_t>(64, next_pow2(b.bs));
+  pl.split = !(b.p->window > 0 || b.max_seq_len <= 512 || grid_2d > target);
+  if (!pl.split) {
+    pl.tile = all_decode ? decode_tile : b.d >= 512 ? 16 : b.d >= 256 ? 32 : 64;
+    if (!all_decode && b.d < 256 && b.max_query_len >= 256) pl.block_m = 128;
+    return;
+  }
+  pl.tile = decode_tile;
+  const std::int64_t max_segments = std::min<std::int64_t>(128, cdiv(b.max_seq_len, pl.tile));
+  std::int64_t n = std::min(cdiv(4 * target, grid_2d), max_segments);
+  pl.segments = next_pow2(std::max(n, std::min<std::int64_t>(8, max_segments)));
+}
+
 Plan AttentionTwin::plan(const Batch& b) const {
-  const double fold = k_.exp == ExpImpl::kExp2Folded ? 1.4426950408889634 : 1.0;
+  const bool folded = k_.exp == ExpImpl::kExp2Folded;
   const bool after = k_.dequant == KvDequant::kScaleAfter;
   Plan pl{};
-  // Host-side folding in double, one cast to fp32, as the launchers pass their scalars.
-  pl.qk_mul = static_cast<float>(b.p->scale * (after ? b.p->k_scale : 1.0) * fold);
-  pl.softcap = bug_ == AttnBug::kSoftcapMissing ? 0.0f : static_cast<float>(b.p->softcap * fold);
+  if (k_.scale_folded_in_fp32) {
+    // aiter: qk_scale = scale * RCP_LN2 (* k_descale) formed in the kernel in fp32.
+    pl.qk_mul = static_cast<float>(b.p->scale) * kLog2e * (after ? static_cast<float>(b.p->k_scale) : 1.0f);
+  } else {
+    // Host-side folding in double, one cast to fp32, as the launchers pass their scalars.
+    pl.qk_mul =
+        static_cast<float>(b.p->scale * (after ? b.p->k_scale : 1.0) * (folded ? 1.4426950408889634 : 1.0));
+  }
+  const double cap_fold = folded && !k_.softcap_from_exp ? 1.4426950408889634 : 1.0;
+  pl.softcap = bug_ == AttnBug::kSoftcapMissing ? 0.0f : static_cast<float>(b.p->softcap * cap_fold);
   pl.v_mul = static_cast<float>(after ? b.p->v_scale : 1.0);
-  pl.split = k_.split_segments > 0 && b.max_query_len <= 1 && b.num_seqs * b.hkv <= k_.split_max_seq_heads;
+  if (k_.schedule == AttnSchedule::kTiled) plan_launch(b, pl);
   return pl;
 }
 
@@ -290,12 +408,21 @@ void AttentionTwin::gather_one(const Batch& b, const Tensor& cache, double scale
   }
 }
 
-void AttentionTwin::gather(const Batch& b, std::int64_t s, std::int64_t g, Panel& panel) const {
+void AttentionTwin::gather(const Batch& b, const Plan& pl, std::int64_t s, std::int64_t g,
+                           Panel& panel) const {
   panel.valid = b.seq_lens[static_cast<std::size_t>(s)];
-  // The masked-P-times-V mutant reads the rest of the last page, where the case keeps its poison.
-  panel.rows = bug_ == AttnBug::kMaskedPTimesV ? (panel.valid + b.bs - 1) / b.bs * b.bs : panel.valid;
+  // Kernels that load whole pages (aiter with tile == block size; the masked-P-times-V mutant) also read
+  // the slots past seq_len in the last page, where a case keeps its poison.
+  const bool whole_pages = bug_ == AttnBug::kMaskedPTimesV || (k_.page_tail_unmasked && pl.tile == b.bs);
+  panel.rows = whole_pages ? cdiv(panel.valid, b.bs) * b.bs : panel.valid;
   gather_one(b, *b.k, b.p->k_scale, s, g, panel.k, panel.rows);
   gather_one(b, *b.v, b.p->v_scale, s, g, panel.v, panel.rows);
+  panel.v_nonfinite.assign(static_cast<std::size_t>(panel.rows), 0);
+  for (std::int64_t t = 0; t < panel.rows; ++t) {
+    const float* vt = panel.v.data() + t * b.d;
+    panel.v_nonfinite[static_cast<std::size_t>(t)] =
+        std::any_of(vt, vt + b.d, [](float x) { return !std::isfinite(x); });
+  }
 }
 
 // ---- one query row
@@ -307,7 +434,7 @@ Row AttentionTwin::make_row(const Batch& b, const float* q, const Panel& panel, 
   const std::int64_t pos = len - qlen + j;  // causal alignment at the end
   std::int64_t hi = b.p->causal ? pos + (bug_ == AttnBug::kCausalOffByOne ? 1 : 0) : len - 1;
   std::int64_t lo = b.p->window > 0 ? pos - b.p->window + (bug_ == AttnBug::kWindowOffByOne ? 0 : 1) : 0;
-  return {q, &panel, std::max<std::int64_t>(lo, 0), std::min(hi, len - 1), qlen == 1};
+  return {q, &panel, std::max<std::int64_t>(lo, 0), std::min(hi, len - 1), qlen == 1, j, qlen};
 }
 
 float AttentionTwin::logit(const Batch& b, const Plan& pl, const Row& r, std::int64_t t) const {
@@ -315,16 +442,22 @@ float AttentionTwin::logit(const Batch& b, const Plan& pl, const Row& r, std::in
   float dot = 0.0f;
   for (std::int64_t i = 0; i < b.d; ++i) dot += r.q[i] * kt[i];
   const float s = bug_ == AttnBug::kLogitsRounded ? round_act(b.act, pl.qk_mul * dot) : pl.qk_mul * dot;
-  return pl.softcap > 0.0f ? pl.softcap * std::tanh(s / pl.softcap) : s;
+  if (pl.softcap <= 0.0f) return s;
+  if (!k_.softcap_from_exp) return pl.softcap * std::tanh(s / pl.softcap);
+  // Triton kernels form tanh from two exponentials of s / c (aiter: exp2 of the log2-domain logit over the
+  // natural cap, the same e^(s/c)); each overflows past |s / c| ~ 88.7 and inf / inf is NaN.
+  const float d = s / pl.softcap;
+  const float p1 = exp_of(k_.exp, d), p2 = exp_of(k_.exp, -d);
+  const float capped = pl.softcap * (p1 - p2) / (p1 + p2);
+  return k_.exp == ExpImpl::kExp2Folded ? capped * kLog2e : capped;
 }
 
-// Online softmax over the tiles of [begin, end) that hold visible keys. Tiles are aligned to `tile` from
-// begin, so they may straddle pages; tiles with no visible key are skipped (they leave the state unchanged).
+// Online softmax over the tiles of [begin, end) that hold visible keys, every masked entry selected away
+// (aiter FA's partitions; the unified kernels run unified_tile).
 void AttentionTwin::run_tiles(const Batch& b, const Plan& pl, const Row& r, std::int64_t tile,
                               std::int64_t begin, std::int64_t end, State& st,
                               std::vector<float>& scores) const {
   const std::int64_t first = std::max(begin, r.lo), last = std::min(end - 1, r.hi);
-  const std::int64_t garbage_end = end >= r.panel->valid ? r.panel->rows : end;
   scores.resize(static_cast<std::size_t>(tile));
   for (std::int64_t t0 = begin + (first - begin) / tile * tile; t0 <= last; t0 += tile) {
     const std::int64_t t1 = std::min(t0 + tile, end);
@@ -332,18 +465,15 @@ void AttentionTwin::run_tiles(const Batch& b, const Plan& pl, const Row& r, std:
     for (std::int64_t t = t0; t < t1; ++t) {
       const float s = t >= first && t <= last ? logit(b, pl, r, t) : kNegInf;
       scores[static_cast<std::size_t>(t - t0)] = s;
-      m = std::max(m, s);
+      m = std::fmax(m, s);
     }
-    // Triton clamps a -inf max to 0 so that exp(-inf - m) stays 0; the mutant never subtracts a max at all.
     if (m == kNegInf || bug_ == AttnBug::kNoMaxSubtraction) m = 0.0f;
     const float alpha = exp_of(k_.exp, st.m - m);
     for (float& a : st.acc) a *= alpha;
     float tile_sum = 0.0f;
-    const std::int64_t pv_end = bug_ == AttnBug::kMaskedPTimesV ? std::min(t0 + tile, garbage_end) : t1;
-    for (std::int64_t t = t0; t < pv_end; ++t) {
-      const bool masked = t >= t1 || scores[static_cast<std::size_t>(t - t0)] == kNegInf;
-      if (masked && bug_ != AttnBug::kMaskedPTimesV) continue;  // select: V outside the mask never enters
-      const float p = masked ? 0.0f : exp_of(k_.exp, scores[static_cast<std::size_t>(t - t0)] - m);
+    for (std::int64_t t = t0; t < t1; ++t) {
+      if (scores[static_cast<std::size_t>(t - t0)] == kNegInf) continue;
+      const float p = exp_of(k_.exp, scores[static_cast<std::size_t>(t - t0)] - m);
       tile_sum += p;
       const float pv = k_.p_rounded ? round_act(b.act, p) : p;
       const float* vt = r.panel->v.data() + t * b.d;
@@ -361,32 +491,98 @@ State fresh_state(std::int64_t d, float m) {
   return st;
 }
 
-// Triton / aiter unified: one pass (2D), or for small decode batches 16 segments (3D) whose fp32 partial
-// states are merged by max-rescaled sums. The sink is the initial max of the first segment, with L = 1.0.
+TileBounds AttentionTwin::block_tiles(const Batch& b, const Plan& pl, const Row& r) const {
+  const std::int64_t ratio = b.hq / b.hkv, len = r.panel->valid, tile = pl.tile, w = b.p->window;
+  const std::int64_t block_q = std::max<std::int64_t>(pl.block_m / ratio, 1);
+  const std::int64_t span = (pl.block_m - 1) / ratio;  // query positions a block spans, less one
+  const std::int64_t qpos_lo = r.j / block_q * block_q, ctx = len - r.qlen;
+  TileBounds tb;
+  tb.load_end = std::min(ctx + qpos_lo + span + 1, len);  // max_seq_prefix_len
+  tb.tile_end = cdiv(tb.load_end, tile);
+  if (w > 0) {
+    const std::int64_t qpos_hi = std::min(qpos_lo + span, r.qlen - 1);
+    tb.tile_start = std::max<std::int64_t>(0, (ctx + qpos_lo - w + 1) / tile);
+    tb.tile_end = std::min((ctx + qpos_hi) / tile + 1, tb.tile_end);
+    if (k_.window_v_zeroed) tb.window_v_from = ctx + qpos_lo - w + 1;
+  }
+  // A tile of exactly one page is loaded without a mask (aiter); the mutant reads to the page end.
+  if (k_.page_tail_unmasked && tile == b.bs) tb.load_end = std::max(tb.load_end, tb.tile_end * tile);
+  if (bug_ == AttnBug::kMaskedPTimesV) tb.load_end = std::max(tb.load_end, cdiv(len, b.bs) * b.bs);
+  return tb;
+}
+
+// One softmax step of a unified kernel for one row: masked logits are -inf, the tile max joins the running
+// max (maxnum: a NaN logit does not win), a -inf max becomes 0, so a row with no visible key yet gets M = 0
+// and L = 0 from a tile that is empty for it. P.V runs over the whole loaded tile: a masked P is 0, which
+// leaves the sum alone unless V is NaN or infinite there.
+void AttentionTwin::unified_tile(const Batch& b, const Plan& pl, const Row& r, const TileBounds& tb,
+                                 std::int64_t t0, State& st, std::vector<float>& scores) const {
+  const std::int64_t tile = pl.tile;
+  if (!k_.empty_tile_step && (r.hi < t0 || r.lo >= t0 + tile))
+    return;  // repaired: a tile empty for the
+             // row leaves its state alone
+  scores.resize(static_cast<std::size_t>(tile));
+  float m = st.m;
+  for (std::int64_t t = t0; t < t0 + tile; ++t) {
+    const float s = t >= r.lo && t <= r.hi ? logit(b, pl, r, t) : kNegInf;
+    scores[static_cast<std::size_t>(t - t0)] = s;
+    m = std::fmax(m, s);
+  }
+  if (m == kNegInf || bug_ == AttnBug::kNoMaxSubtraction) m = 0.0f;
+  const float alpha = exp_of(k_.exp, st.m - m);
+  for (float& a : st.acc) a *= alpha;
+  float tile_sum = 0.0f;
+  const std::int64_t end = std::min(t0 + tile, tb.load_end);
+  for (std::int64_t t = t0; t < t0 + tile; ++t) {
+    const float p = exp_of(k_.exp, scores[static_cast<std::size_t>(t - t0)] - m);
+    tile_sum += p;
+    if (t >= end || t < tb.window_v_from) continue;  // V loaded as 0, or zeroed outside the window
+    const float pv = k_.p_rounded ? round_act(b.act, p) : p;
+    if (pv == 0.0f && !r.panel->v_nonfinite[static_cast<std::size_t>(t)]) continue;
+    if (pv == 0.0f && !k_.masked_p_times_v) continue;
+    const float* vt = r.panel->v.data() + t * b.d;
+    for (std::int64_t i = 0; i < b.d; ++i) st.acc[static_cast<std::size_t>(i)] += pv * vt[i];
+  }
+  st.l = k_.l_fma ? std::fma(st.l, alpha, tile_sum) : st.l * alpha + tile_sum;
+  st.m = m;
+}
+
+// Unified kernels: the 2D path (one state over the block's tiles) or the 3D path (segments of
+// cdiv(L, segments * tile) tiles, fp32 partial states merged by max-rescaled sums; the sink is the initial
+// max of segment 0; a merged sum of 0 gives 0, not 0 / 0).
 float AttentionTwin::tiled_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h,
                                float* out) const {
   const float sink = b.sinks.empty() ? kNegInf : b.sinks[static_cast<std::size_t>(h)];
   const std::int64_t len = r.panel->valid;
-  const std::int64_t tile = pl.split ? k_.tile_decode : k_.tile_prefill;
-  const std::int64_t per_seg = k_.split_segments * tile;  // segments hold whole tiles
-  const std::int64_t seg_len = pl.split ? (len + per_seg - 1) / per_seg * tile : len;
+  const TileBounds tb = block_tiles(b, pl, r);
+  const std::int64_t per_seg = pl.split ? cdiv(len, pl.segments * pl.tile) : tb.tile_end;
   std::vector<State> segs;
   std::vector<float> scores;
-  for (std::int64_t begin = 0; begin < len; begin += seg_len) {
-    segs.push_back(fresh_state(b.d, segs.empty() ? sink : kNegInf));
-    run_tiles(b, pl, r, tile, begin, std::min(begin + seg_len, len), segs.back(), scores);
+  for (std::int64_t sg = 0; sg < pl.segments; ++sg) {
+    if (pl.split && sg * per_seg * pl.tile >= len) break;  // the segment returns early; reduce masks it
+    segs.push_back(fresh_state(b.d, sg == 0 ? sink : kNegInf));
+    const std::int64_t lo = std::max(sg * per_seg, tb.tile_start);
+    const std::int64_t hi = pl.split ? std::min((sg + 1) * per_seg, tb.tile_end) : tb.tile_end;
+    for (std::int64_t j = lo; j < hi; ++j) unified_tile(b, pl, r, tb, j * pl.tile, segs.back(), scores);
+  }
+  if (segs.empty()) segs.push_back(fresh_state(b.d, sink));
+  if (!pl.split) {
+    const State& st = segs.front();
+    for (std::int64_t i = 0; i < b.d; ++i)
+      out[i] = k_.launch == UnifiedLaunch::kAiter ? st.acc[static_cast<std::size_t>(i)] * (pl.v_mul / st.l)
+                                                  : st.acc[static_cast<std::size_t>(i)] / st.l;
+    return natural_lse(k_.exp, st.m, st.l);
   }
   float m = kNegInf;
-  for (const State& s : segs) m = std::max(m, s.m);
-  std::fill(out, out + b.d, 0.0f);
-  if (m == kNegInf) return kNegInf;  // no visible key and no sink: o = 0, lse = -inf
+  for (const State& s : segs) m = std::fmax(m, s.m);
   float l = 0.0f;
+  std::fill(out, out + b.d, 0.0f);
   for (const State& s : segs) {
-    const float w = segs.size() > 1 && bug_ == AttnBug::kUnscaledSplitMerge ? 1.0f : exp_of(k_.exp, s.m - m);
+    const float w = bug_ == AttnBug::kUnscaledSplitMerge ? 1.0f : exp_of(k_.exp, s.m - m);
     l += s.l * w;
-    for (std::int64_t i = 0; i < b.d; ++i) out[i] += s.acc[static_cast<std::size_t>(i)] * w;
+    for (std::int64_t i = 0; i < b.d; ++i) out[i] += s.acc[static_cast<std::size_t>(i)] * pl.v_mul * w;
   }
-  for (std::int64_t i = 0; i < b.d; ++i) out[i] = out[i] / l * pl.v_mul;
+  for (std::int64_t i = 0; i < b.d; ++i) out[i] = l == 0.0f ? 0.0f : out[i] / l;
   return natural_lse(k_.exp, m, l);
 }
 
@@ -502,7 +698,7 @@ void AttentionTwin::run(Case& c) const {
     const std::int64_t q0 = b.query_start[s], qlen = b.query_start[s + 1] - q0;
     if (qlen == 0) continue;
     for (std::int64_t g = 0; g < b.hkv; ++g) {
-      gather(b, s, g, panel);
+      gather(b, pl, s, g, panel);
       for (std::int64_t h = 0; h < b.hq; ++h) {
         if (kv_head(b, h) != g) continue;
         for (std::int64_t j = 0; j < qlen; ++j) {

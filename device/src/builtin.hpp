@@ -11,12 +11,14 @@ namespace driftcheck::twin {
 // CPU twins.
 std::unique_ptr<Backend> make_cpu_rmsnorm_native();
 std::unique_ptr<Backend> make_cpu_rmsnorm_cuda();
+std::unique_ptr<Backend> make_cpu_rmsnorm_cuda_onecast();
 std::unique_ptr<Backend> make_cpu_rmsnorm_fused_add();
 std::unique_ptr<Backend> make_cpu_dual_fused();
 std::unique_ptr<Backend> make_cpu_dual_unfused();
 std::unique_ptr<Backend> make_cpu_concat_copy();
 std::unique_ptr<Backend> make_cpu_attn_triton_unified();
-std::unique_ptr<Backend> make_cpu_attn_aiter_unified();
+std::unique_ptr<Backend> make_cpu_attn_aiter_unified_mi300x();
+std::unique_ptr<Backend> make_cpu_attn_aiter_unified_mi355x();
 std::unique_ptr<Backend> make_cpu_attn_rocm_custom();
 std::unique_ptr<Backend> make_cpu_attn_aiter_fa();
 

@@ -5,15 +5,19 @@
 
 namespace driftcheck::twin {
 
-// Fused and unfused chains accept the same cases: they differ in numerics only.
-constexpr const char* kDualSupports = "bf16/fp16; any H, strides and offsets; plain or (1 + w) weight";
-
-// eagle3_aux_rmsnorm (Triton, grid (rows, 2)): fp32 math, weight multiplied in fp32, one rounding. Its tl.sum
-// is modelled as 4 warps of 32 lanes, each lane summing the elements t, t + 128, ... then a warp tree.
+// fused_dual_rmsnorm_cat (Triton, grid (rows, 2)): fp32 math, weight multiplied in fp32, one rounding;
+// contiguous same-shape inputs only, no (1 + w) mode. Its tl.sum is modelled as 8 / 4 / 2 warps of 32 lanes
+// (num_warps from next_pow2(H)), each lane summing its 16-byte chunks, then Triton's butterfly over lanes and
+// warps.
 NormKernel dual_fused_kernel() {
   NormKernel k;
   k.rounding = NormRounding::kFp32Weight;
-  k.order = {128, 1, 32};
+  k.order = {1, 8, 32, false, false};
+  k.threads = NormThreads::kTritonWarps;
+  k.vec = VecWidth::kGcd16Bytes;
+  k.one_plus_supported = false;
+  k.inputs_contiguous = true;
+  k.name_for_reasons = "fused_dual_rmsnorm_cat";
   return k;
 }
 
@@ -22,9 +26,12 @@ TwinInfo dual_fused_info() {
   i.name = "cpu.dual.fused";
   i.description =
       "vLLM eagle3_aux_rmsnorm fused_dual_rmsnorm_cat: fp32 math, fp32 weight, one rounding, [N, 2H]";
+  i.provenance =
+      "vllm-project/vllm fused_dual_rmsnorm_cat / _fused_dual_rmsnorm_cat_kernel (EAGLE3 aux rmsnorm, Triton); "
+      "read through the code index, which names no commit for it";
   i.numerics.output_roundings = 1;
   i.numerics.reduction = {128, 1, 32};
-  i.supports_summary = kDualSupports;
+  i.supports_summary = "bf16/fp16; contiguous e and h rows; plain weight only";
   return i;
 }
 
@@ -32,6 +39,7 @@ TwinInfo concat_copy_info() {
   TwinInfo i;
   i.name = "cpu.concat.copy";
   i.description = "torch.cat / copy kernel: element-wise byte copy of a and b into out, any strides";
+  i.provenance = "pytorch/pytorch torch.cat (a data movement: every version copies bytes)";
   i.supports_summary = "any dtype (a, b, out alike); any widths, strides and offsets";
   return i;
 }
@@ -46,9 +54,12 @@ std::unique_ptr<Backend> make_cpu_dual_unfused() {
   i.name = "cpu.dual.unfused";
   i.description =
       "rms_norm (vLLM csrc kernel) on e and h, then torch.cat: two roundings per element, exact copy";
+  i.provenance = "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 csrc/layernorm_kernels.cu "
+                 "(rms_norm per half), torch.cat";
   i.numerics.output_roundings = 2;
   i.numerics.reduction = csrc_reduction();
-  i.supports_summary = kDualSupports;
+  i.numerics.batch_invariant = false;  // the csrc block size follows the token count (vllm#48271)
+  i.supports_summary = "bf16/fp16; strided e and h rows (misaligned ones fault); plain weight only";
   return make_dual_backend(std::move(i), rmsnorm_cuda_kernel());
 }
 

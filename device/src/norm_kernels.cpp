@@ -11,9 +11,11 @@ namespace driftcheck::twin {
 
 namespace {
 
-// vllm#48271: the csrc launcher picks the block size from the token count (1024 threads below 256 tokens, 256
-// from there). The mutant switches at 2 tokens instead, so that the oracle's batch-invariance check (a row
-// alone vs in its batch) always straddles the switch: same bug class, findable in small campaign batches.
+// vllm#48271: the csrc launchers pick the block size from the token count (1024 threads below 256 tokens, 256
+// from there), so the csrc twins declare themselves not batch invariant. The mutant brings the same bug class
+// to a batch-invariant twin and switches at 2 tokens, so that the oracle's batch-invariance check (a row
+// alone vs in its batch) always straddles the switch in small campaign batches.
+constexpr std::int64_t kLargeBatchTokens = 256;
 constexpr std::int64_t kBatchVariantTokens = 2;
 constexpr int kBatchVariantSmallBlock = 256;
 
@@ -34,7 +36,6 @@ bool aligned16(const Tensor& t, std::int64_t elems) {
 ReduceOrder resolve_order(const NormKernel& k, NormBug bug, std::int64_t rows, std::int64_t h,
                           std::initializer_list<const Tensor*> operands) {
   ReduceOrder o = k.order;
-  if (bug == NormBug::kBatchVariantBlock && rows >= kBatchVariantTokens) o.threads = kBatchVariantSmallBlock;
   const std::int64_t per16 = 16 / dtype_size((*operands.begin())->dtype());
   if (k.vec == VecWidth::kGcd16Bytes) o.vec = static_cast<int>(std::gcd(per16, h));
   if (k.vec == VecWidth::kIfAligned16Bytes) {
@@ -42,7 +43,25 @@ ReduceOrder resolve_order(const NormKernel& k, NormBug bug, std::int64_t rows, s
     for (const Tensor* t : operands) ok = ok && aligned16(*t, per16);
     o.vec = ok ? static_cast<int>(per16) : 1;
   }
-  if (o.threads > 1) o.threads = static_cast<int>(std::min<std::int64_t>(o.threads, h));
+  switch (k.threads) {
+    case NormThreads::kCsrcByTokens: {
+      const std::int64_t max_block = rows < kLargeBatchTokens ? 1024 : 256;
+      o.threads = static_cast<int>(std::min(k.threads_per_vector ? h / o.vec : h, max_block));
+      break;
+    }
+    case NormThreads::kTritonWarps: {
+      const std::int64_t block = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(h)));
+      o.threads = (block >= 4096 ? 8 : block >= 1024 ? 4 : 2) * o.warp;
+      break;
+    }
+    case NormThreads::kFixed:
+      if (o.threads > 1) o.threads = static_cast<int>(std::min<std::int64_t>(o.threads, h));
+      break;
+  }
+  // vllm#48271's bug class on a kernel that is otherwise batch invariant: a block of 256 threads (cub order)
+  // from 2 tokens on, the kernel's own order for a row alone.
+  if (bug == NormBug::kBatchVariantBlock && rows >= kBatchVariantTokens)
+    o = {static_cast<int>(std::min<std::int64_t>(kBatchVariantSmallBlock, h)), 1, 32, true, false};
   return o;
 }
 
@@ -103,10 +122,63 @@ Support same_dtype(const Case& c, const Tensor& ref, std::initializer_list<std::
   return Support::yes();
 }
 
+// The upstream defects the norm kernel parameters can reproduce (docs/FINDINGS.md names each).
+constexpr std::array<DefectSwitch<NormKernel>, 1> kNormDefects{{
+    {"misaligned_vector_faults", &NormKernel::misaligned_vector_faults},
+}};
+
+bool rows_contiguous(const Tensor& t) {
+  return t.strides().back() == 1 && (t.dim() < 2 || t.size(0) <= 1 || t.strides()[0] == t.size(1));
+}
+
+// vLLM's csrc rms_norm output loop reinterprets rows and the weight as vec-element vectors without checking
+// their alignment: on CUDA a misaligned vector access faults ("misaligned address") and the launch fails.
+void check_vector_alignment(const NormKernel& k, const ReduceOrder& o,
+                            std::initializer_list<std::pair<std::string_view, const Tensor*>> operands) {
+  if (!k.misaligned_vector_faults || o.vec <= 1) return;
+  for (const auto& [what, t] : operands) {
+    const std::int64_t rows = t->dim() < 2 ? 1 : t->size(0);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t start = t->offset() + (t->dim() < 2 ? 0 : r * t->strides()[0]);
+      if (start % o.vec != 0)
+        throw BackendError(fmt::format(
+            "CUDA error: misaligned address: {} reads {} row {} as {}-element vectors at element offset {} "
+            "(no alignment check in its output loop)",
+            k.name_for_reasons, what, r, o.vec, start));
+    }
+  }
+}
+
+// out_name: the output the kernel writes itself (empty for the dual chains, whose kernels write buffers of
+// their own).
+Support check_layouts(const NormKernel& k, const Case& c, bool one_plus, std::string_view out_name) {
+  const std::string& who = k.name_for_reasons;
+  if (one_plus && !k.one_plus_supported)
+    return Support::no(fmt::format("(1 + w) weight: {} has no Gemma mode", who));
+  if (k.output_contiguous && !out_name.empty() && !rows_contiguous(c.tensor(out_name)))
+    return Support::no(
+        fmt::format("{} rows are strided: {} checks TORCH_CHECK(out.is_contiguous())", out_name, who));
+  if (k.residual_contiguous && c.has("residual") && !rows_contiguous(c.tensor("residual")))
+    return Support::no(
+        fmt::format("residual rows are strided: {} checks TORCH_CHECK(residual.is_contiguous())", who));
+  if (k.inputs_contiguous)
+    for (std::string_view in : {"e", "h"})
+      if (c.has(in) && !rows_contiguous(c.tensor(in)))
+        return Support::no(
+            fmt::format("{} rows are strided: {} raises \"inputs must be contiguous\"", in, who));
+  return Support::yes();
+}
+
 class RmsNormTwin final : public TwinBackend {
  public:
   RmsNormTwin(TwinInfo info, NormKernel kernel, NormBug bug)
       : TwinBackend(std::move(info)), kernel_(kernel), bug_(bug) {}
+  std::vector<std::string> modelled_defects() const override { return defects_on(kernel_, kNormDefects); }
+  std::unique_ptr<Backend> without_defects(const std::vector<std::string>& names) const override {
+    NormKernel k = kernel_;
+    if (!repair_defects(k, kNormDefects, names)) return nullptr;
+    return std::make_unique<RmsNormTwin>(info(), k, bug_);
+  }
 
   Support supports(const Case& c) const override {
     const auto& p = c.get<RmsNormParams>();
@@ -117,7 +189,8 @@ class RmsNormTwin final : public TwinBackend {
       return Support::no(
           "no residual: fused_add_rms_norm always adds one (plain rms_norm is cpu.rmsnorm.cuda)");
     Support s = check_act_dtype(c.tensor("y"), "y");
-    return s.ok ? same_dtype(c, c.tensor("y"), {"x", "w", "residual"}) : s;
+    if (s.ok) s = same_dtype(c, c.tensor("y"), {"x", "w", "residual"});
+    return s.ok ? check_layouts(kernel_, c, p.weight_mode == WeightMode::kOnePlus, "y") : s;
   }
 
   void run(Case& c) const override {
@@ -134,13 +207,17 @@ class RmsNormTwin final : public TwinBackend {
                      p.weight_mode == WeightMode::kOnePlus,
                      res ? resolve_order(kernel_, bug_, n, h, {&x, &w, res, &y})
                          : resolve_order(kernel_, bug_, n, h, {&x, &w, &y})};
+    check_vector_alignment(kernel_, rn.order, {{"x", &x}, {"w", &w}, {"y", &y}});
+    const ResidualPath path = rn.one_plus && kernel_.one_plus_residual != ResidualPath::kNone
+                                  ? kernel_.one_plus_residual
+                                  : kernel_.residual;
     std::vector<float> wv(static_cast<std::size_t>(h)), z(wv.size()), r(wv.size()), out(wv.size());
     load_run(*w.storage(), w.offset(), w.strides()[0], h, wv.data());
     for (std::int64_t row = 0; row < n; ++row) {
       RowView xr = row_view(x, row);
       if (bug_ == NormBug::kRowStrideIgnored) xr.start = x.offset() + row * h * xr.step;
       load_run(*x.storage(), xr.start, xr.step, h, z.data());
-      if (res) add_residual(*res, row, z.data(), r.data(), h, rn.act);
+      if (res) add_residual(*res, path, row, z.data(), r.data(), h, rn.act);
       const float s = inverse_rms(rn, z.data(), h);
       if (res && bug_ == NormBug::kResidualReread) reread_residual(*res, row, x, r.data(), rn.act);
       scale_row(rn, res && bug_ == NormBug::kResidualReread ? r.data() : z.data(), s, wv.data(), h,
@@ -151,12 +228,13 @@ class RmsNormTwin final : public TwinBackend {
 
  private:
   // z <- x + r as the kernel forms it, and the residual updated in place.
-  void add_residual(Tensor& res, std::int64_t row, float* z, float* r, std::int64_t h, DType act) const {
+  void add_residual(Tensor& res, ResidualPath path, std::int64_t row, float* z, float* r, std::int64_t h,
+                    DType act) const {
     const RowView rr = row_view(res, row);
     load_run(*res.storage(), rr.start, rr.step, h, r);
     for (std::int64_t i = 0; i < h; ++i) {
       z[i] += r[i];
-      if (kernel_.residual == ResidualPath::kRounded) z[i] = round_act(act, z[i]);
+      if (path == ResidualPath::kRounded) z[i] = round_act(act, z[i]);
       r[i] = round_act(act, z[i]);
     }
     store_row(*res.storage(), rr, r, h);
@@ -181,10 +259,18 @@ class DualTwin final : public TwinBackend {
  public:
   DualTwin(TwinInfo info, NormKernel kernel, NormBug bug)
       : TwinBackend(std::move(info)), kernel_(kernel), bug_(bug) {}
+  std::vector<std::string> modelled_defects() const override { return defects_on(kernel_, kNormDefects); }
+  std::unique_ptr<Backend> without_defects(const std::vector<std::string>& names) const override {
+    NormKernel k = kernel_;
+    if (!repair_defects(k, kNormDefects, names)) return nullptr;
+    return std::make_unique<DualTwin>(info(), k, bug_);
+  }
 
   Support supports(const Case& c) const override {
     Support s = check_act_dtype(c.tensor("out"), "out");
-    return s.ok ? same_dtype(c, c.tensor("out"), {"e", "h", "w_e", "w_h"}) : s;
+    if (s.ok) s = same_dtype(c, c.tensor("out"), {"e", "h", "w_e", "w_h"});
+    const bool one_plus = c.get<DualRmsNormCatParams>().weight_mode == WeightMode::kOnePlus;
+    return s.ok ? check_layouts(kernel_, c, one_plus, "") : s;
   }
 
   // Both halves of a row are normalised independently (grid (rows, 2) in the fused kernel; two launches in
@@ -199,6 +285,11 @@ class DualTwin final : public TwinBackend {
                      static_cast<float>(p.eps),
                      p.weight_mode == WeightMode::kOnePlus,
                      resolve_order(kernel_, bug_, n, h, {&c.tensor("e"), &c.tensor("h"), &out})};
+    // The unfused chain normalises each input into a fresh contiguous buffer before the copy: only the
+    // inputs and weights can be misaligned.
+    check_vector_alignment(
+        kernel_, rn.order,
+        {{"e", &c.tensor("e")}, {"h", &c.tensor("h")}, {"w_e", &c.tensor("w_e")}, {"w_h", &c.tensor("w_h")}});
     std::vector<float> z(static_cast<std::size_t>(h)), w(z.size()), y(z.size());
     const bool swapped = bug_ == NormBug::kHalvesSwapped;
     for (int half = 0; half < 2; ++half) {

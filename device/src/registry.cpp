@@ -97,12 +97,14 @@ Registry build_registry() {
   // CPU twins (DOMAIN.md sections 2 and 3).
   r.add(make_cpu_rmsnorm_native());
   r.add(make_cpu_rmsnorm_cuda());
+  r.add(make_cpu_rmsnorm_cuda_onecast());
   r.add(make_cpu_rmsnorm_fused_add());
   r.add(make_cpu_dual_fused());
   r.add(make_cpu_dual_unfused());
   r.add(make_cpu_concat_copy());
   r.add(make_cpu_attn_triton_unified());
-  r.add(make_cpu_attn_aiter_unified());
+  r.add(make_cpu_attn_aiter_unified_mi300x());
+  r.add(make_cpu_attn_aiter_unified_mi355x());
   r.add(make_cpu_attn_rocm_custom());
   r.add(make_cpu_attn_aiter_fa());
   // GPU backends: HIP kernels, when the build found a GPU toolchain.

@@ -13,16 +13,17 @@ namespace driftcheck::twin {
 
 // How a row's keys are scheduled and partial results combined.
 enum class AttnSchedule : std::uint8_t {
-  kTiled,  // online softmax over KV tiles; optional split-KV segments merged by max-rescaled sums
+  kTiled,  // Triton unified kernels: online softmax over KV tiles of BLOCK_M query blocks, optional split-KV
+           // segments merged by max-rescaled sums (UnifiedLaunch says how the launcher picks tiles and paths)
   kPartitionNormalized,  // ROCM_ATTN custom kernel: per partition max, exp, P normalised by (sum + 1e-6),
                          // rounded
   kPartitionLse,         // ROCM_AITER_FA: normalised partial outputs with their LSE, merged by LSE
 };
 
 enum class ExpImpl : std::uint8_t {
-  kExp,         // natural exp (Triton unified)
+  kExp,         // natural exp, correctly rounded (no modelled kernel uses it since the #8 review)
   kExp2Folded,  // exp2 with log2(e) folded into the logit scale, softcap and sinks (aiter kernels)
-  kFastExp,     // exp(x) as exp2(x * log2(e)) (CUDA/HIP __expf), logits in the natural domain
+  kFastExp,     // exp(x) as exp2(x * log2(e)): CUDA/HIP __expf and Triton's tl.exp (ex2.approx on NVIDIA)
 };
 
 enum class KvDequant : std::uint8_t {
@@ -37,25 +38,61 @@ enum class SinkPath : std::uint8_t {
   kPartialState,  // a partial state with lse = sink and output 0, merged like the others
 };
 
+// How a unified (kTiled) kernel's launcher picks the 2D or 3D path, the KV tile and the segment count.
+enum class UnifiedLaunch : std::uint8_t {
+  // vLLM triton_unified_attention.py + TRITON_ATTN backend: 3D when every query length is <= 1 and
+  // num_seqs <= threshold, threshold = 128 / Hkv snapped to the closest CUDA-graph capture size; 2D tile
+  // `tile_prefill`, 3D tile `tile_decode`, both `window_tile` for Gemma3's (window 1024, D 128/256);
+  // `split_segments` segments.
+  kVllm,
+  // aiter unified_attention.py (CDNA): 2D when a window is set, max_seqlen_k <= 512 or the 2D grid exceeds
+  // 4 programs per CU; tiles min(64, next_pow2(block_size)) for decode batches and the 3D path, 64 (32 from
+  // D 256) for prefill; segments from the CU count (`device_cus`).
+  kAiter,
+};
+
 struct AttnKernel {
   AttnSchedule schedule = AttnSchedule::kTiled;
-  ExpImpl exp = ExpImpl::kExp;
+  ExpImpl exp = ExpImpl::kFastExp;
   KvDequant dequant = KvDequant::kRoundedToAct;
   SinkPath sinks = SinkPath::kInitialMax;
-  bool p_rounded = true;          // P rounded to the activation dtype before P.V
-  int tile_prefill = 32;          // KV tile of the single-pass path (Triton 2D) / of extend rows (aiter FA)
-  int tile_decode = 16;           // KV tile of the split-KV path (Triton 3D) / of decode rows (aiter FA)
-  int split_segments = 0;         // Triton 3D path: segments per sequence (0: never split)
-  int split_max_seq_heads = 128;  // ... taken when all query lengths are 1 and num_seqs * Hkv <= this
-  int partition = 256;  // partition schedules: keys per partition (decode rows only for kPartitionLse)
+  bool p_rounded = true;  // P rounded to the activation dtype before P.V
+  int tile_prefill = 32;  // KV tile of the 2D path (vLLM) / of extend rows (aiter FA)
+  int tile_decode = 16;   // KV tile of the 3D path (vLLM) / of decode rows (aiter FA)
+  int partition = 256;    // partition schedules: keys per partition (decode rows only for kPartitionLse)
+  // ---- unified (kTiled) kernels
+  UnifiedLaunch launch = UnifiedLaunch::kVllm;
+  int split_segments = 0;                   // vLLM 3D path: segments per sequence (0: never split)
+  std::vector<std::int64_t> capture_sizes;  // vLLM: CUDA-graph capture sizes the 3D threshold snaps to
+  std::int64_t window_tile_window = 0;      // vLLM Gemma3 rule: this window with head dims below ...
+  std::vector<std::int64_t> window_tile_head_dims;
+  int window_tile = 32;  // ... uses this tile on both paths
+  int device_cus = 0;    // aiter: compute units of the modelled device (MI300X 304, MI355X 256)
+  // Triton's S = where(mask, S, -inf) keeps masked entries in the tile: they still enter P.V with P = 0, so
+  // a non-finite V at a masked key inside the loaded tile gives 0 * inf = NaN.
+  bool masked_p_times_v = true;
+  // A tile with no visible key for one row of its block still runs that row's softmax step: with no key seen
+  // yet (M = -inf, no sink) the max clamps to 0 and L becomes 0, so later P = exp(s) may underflow (NaN
+  // from 0 / 0, or 0 where P rounds to 0 in fp16).
+  bool empty_tile_step = true;
+  bool window_v_zeroed = false;       // vLLM: V outside the window of the block's FIRST query zeroed first
+  bool page_tail_unmasked = false;    // aiter: a tile of exactly one page is loaded without the seq mask
+  bool softcap_from_exp = true;       // c (e^(s/c) - e^(-s/c)) / (e^(s/c) + e^(-s/c)): NaN past |s/c| ~ 88.7
+  bool l_fma = false;                 // L * alpha + l_j contracted to one FMA (Triton on NVIDIA)
+  bool scale_folded_in_fp32 = false;  // aiter: scale * log2(e) * k_scale formed in-kernel in fp32
   // What the kernel accepts (supports()).
   std::vector<std::int64_t> block_sizes;  // empty: any multiple of 16
-  std::vector<std::int64_t> head_dims;    // empty: any
-  std::int64_t max_gqa_ratio = 0;         // 0: any
-  std::int64_t max_query_len = 0;         // 0: any
+  std::vector<std::int64_t> head_dims;    // empty: any in [min_head_dim, max_head_dim]
+  std::int64_t min_head_dim = 1;
+  std::int64_t max_head_dim = 0;   // 0: no upper bound
+  std::vector<DType> kv_dtypes;    // KV dtypes besides the activation dtype; empty: every fp8
+  std::int64_t max_gqa_ratio = 0;  // 0: any
+  std::int64_t max_query_len = 0;  // 0: any
   bool window = true;
+  bool softcap = true;
   bool non_causal = true;
   std::string name_for_reasons;  // "ROCM_ATTN custom kernel", used in Support::no reasons
+  std::string causal_reason;     // why non-causal is rejected ("unified_attention asserts causal")
 };
 
 // One deliberate deviation per mutant (sources in docs/BACKENDS.md).
@@ -82,5 +119,9 @@ std::unique_ptr<Backend> make_attention_backend(TwinInfo info, AttnKernel kernel
 // The kernels and identities the twins declare, so mutants reuse exactly the same parameters.
 AttnKernel triton_unified_kernel();
 TwinInfo triton_unified_info();
+
+// vLLM's default CUDA-graph capture sizes (CompilationConfig): 1, 2, 4, then steps of 8 to 256, then 16 to
+// 512.
+std::vector<std::int64_t> vllm_default_capture_sizes();
 
 }  // namespace driftcheck::twin

@@ -78,28 +78,55 @@ float accumulate_in(DType t, float x) {
 
 }  // namespace
 
+namespace {
+
+// Combines v[0..n) in place into v[0] by a shuffle tree over a power-of-two width: cub's shuffle-down with
+// offsets 1, 2, 4, ... (pairs of neighbours first) or Triton's butterfly with offsets width/2, ..., 1.
+// Entries at or past n are absent (a partial warp).
+float shuffle_tree(float* v, int n, int width, bool ascending, DType accumulate) {
+  if (ascending) {
+    for (int offset = 1; offset < width; offset *= 2)
+      for (int lane = 0; lane + offset < n; lane += 2 * offset)
+        v[lane] = accumulate_in(accumulate, v[lane] + v[lane + offset]);
+  } else {
+    for (int offset = width / 2; offset >= 1; offset /= 2)
+      for (int lane = 0; lane + offset < n && lane < offset; ++lane)
+        v[lane] = accumulate_in(accumulate, v[lane] + v[lane + offset]);
+  }
+  return v[0];
+}
+
+}  // namespace
+
 float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DType accumulate, DType squares) {
   const int threads = std::max(order.threads, 1);
   std::vector<float> partial(static_cast<std::size_t>(threads), 0.0f);
   const std::int64_t vec = std::max(order.vec, 1);
-  for (std::int64_t i = 0; i < n; ++i) {
-    float& acc = partial[static_cast<std::size_t>((i / vec) % threads)];
-    acc = accumulate_in(accumulate, acc + accumulate_in(squares, x[i] * x[i]));
+  for (std::int64_t c0 = 0; c0 < n; c0 += vec) {
+    float& acc = partial[static_cast<std::size_t>((c0 / vec) % threads)];
+    const std::int64_t c1 = std::min(c0 + vec, n);
+    if (order.chunk_sum_first) {
+      float chunk = 0.0f;
+      for (std::int64_t i = c0; i < c1; ++i) chunk = accumulate_in(accumulate, chunk + accumulate_in(squares, x[i] * x[i]));
+      acc = accumulate_in(accumulate, acc + chunk);
+    } else {
+      for (std::int64_t i = c0; i < c1; ++i) acc = accumulate_in(accumulate, acc + accumulate_in(squares, x[i] * x[i]));
+    }
   }
   // A partial last warp (threads not a multiple of the warp) still runs the full shuffle ladder; lanes past
   // the end hold nothing.
   const int warp = static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(order.warp, 1))));
-  float total = 0.0f;
-  for (int w0 = 0; w0 < threads; w0 += warp) {
-    const int lanes = std::min(warp, threads - w0);
-    for (int offset = warp / 2; offset >= 1; offset /= 2) {
-      for (int lane = 0; lane + offset < lanes; ++lane) {
-        float& a = partial[static_cast<std::size_t>(w0 + lane)];
-        a = accumulate_in(accumulate, a + partial[static_cast<std::size_t>(w0 + lane + offset)]);
-      }
-    }
-    total = accumulate_in(accumulate, total + partial[static_cast<std::size_t>(w0)]);
+  std::vector<float> totals;
+  for (int w0 = 0; w0 < threads; w0 += warp)
+    totals.push_back(
+        shuffle_tree(partial.data() + w0, std::min(warp, threads - w0), warp, order.cub, accumulate));
+  if (!order.cub) {
+    const int n_warps = static_cast<int>(totals.size());
+    return shuffle_tree(totals.data(), n_warps, static_cast<int>(std::bit_ceil(static_cast<unsigned>(n_warps))),
+                        false, accumulate);
   }
+  float total = 0.0f;
+  for (float t : totals) total = accumulate_in(accumulate, total + t);
   return total;
 }
 

@@ -141,15 +141,20 @@ inline RowView row_view(const Tensor& t, std::int64_t r) {
 
 // ---- reductions
 
-// The order of a CUDA/HIP block reduction: `threads` threads each accumulate, sequentially, the chunks of
-// `vec` consecutive elements they own (chunk c belongs to thread c % threads); then each warp of `warp` lanes
-// combines its partials with a shuffle-down tree (lane i += lane i + offset, offsets warp/2 .. 1), and the
-// warp totals are added in warp order (cub's warp-reductions algorithm). threads == 1 is a plain sequential
-// loop.
+// The order of a block reduction: `threads` threads each accumulate, sequentially, the chunks of `vec`
+// consecutive elements they own (chunk c belongs to thread c % threads; with `chunk_sum_first` a chunk's
+// squares are summed on their own first and the chunk sum is added, as vLLM's _f16Vec::sum_squares does);
+// then each warp of `warp` lanes combines its partials with a shuffle tree and the warp totals are combined.
+// cub (vLLM's csrc kernels): shuffle-down offsets 1, 2, 4, 8, 16 (lane 0 ends with the pairwise sum of
+// neighbours) and warp totals added in warp order. Triton's tl.sum: xor butterfly offsets 16, 8, 4, 2, 1
+// (lane 0 ends with ((x0 + x16) + (x8 + x24)) + ...) and the warp totals reduced by the same butterfly.
+// threads == 1 is a plain sequential loop.
 struct ReduceOrder {
   int threads = 1;
   int vec = 1;
   int warp = 32;
+  bool cub = true;  // cub's order; false: Triton's butterfly (lanes and warps)
+  bool chunk_sum_first = false;
 };
 
 // Sum of squares of x[0..n) in fp32 in the given order. When `accumulate` is bf16 or fp16 every partial sum
@@ -163,6 +168,7 @@ float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DTyp
 struct TwinInfo {
   std::string name;
   std::string description;
+  std::string provenance;  // upstream repository, files and commit / release range (Backend::provenance)
   BackendKind kind = BackendKind::kCpu;
   OpKind op = OpKind::kRmsNorm;
   Numerics numerics;
@@ -177,16 +183,46 @@ class TwinBackend : public Backend {
   explicit TwinBackend(TwinInfo info) : info_(std::move(info)) {}
   std::string_view name() const override { return info_.name; }
   std::string_view description() const override { return info_.description; }
+  std::string_view provenance() const override { return info_.provenance; }
   BackendKind kind() const override { return info_.kind; }
   OpKind op() const override { return info_.op; }
   std::string supports_summary() const override { return info_.supports_summary; }
   Numerics numerics() const override { return info_.numerics; }
   std::string_view mutates() const override { return info_.mutates; }
   std::string_view bug_class() const override { return info_.bug_class; }
+  const TwinInfo& info() const { return info_; }
 
  private:
   TwinInfo info_;
 };
+
+// An upstream defect a kernel parameter set can switch on (true) or repair (false).
+template <class Kernel>
+struct DefectSwitch {
+  std::string_view name;
+  bool Kernel::*on;
+};
+
+template <class Kernel, std::size_t N>
+std::vector<std::string> defects_on(const Kernel& k, const std::array<DefectSwitch<Kernel>, N>& switches) {
+  std::vector<std::string> out;
+  for (const auto& d : switches)
+    if (k.*d.on) out.emplace_back(d.name);
+  return out;
+}
+
+// Switches the named defects off in k; false when k has none of them on.
+template <class Kernel, std::size_t N>
+bool repair_defects(Kernel& k, const std::array<DefectSwitch<Kernel>, N>& switches,
+                    const std::vector<std::string>& names) {
+  bool any = false;
+  for (const auto& d : switches)
+    if (k.*d.on && std::find(names.begin(), names.end(), d.name) != names.end()) {
+      k.*d.on = false;
+      any = true;
+    }
+  return any;
+}
 
 // A mutant's identity: the twin's numerics (a mutant claims to be correct), kind kMutant, what it breaks and
 // why.

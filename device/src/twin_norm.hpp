@@ -30,15 +30,34 @@ enum class VecWidth : std::uint8_t {
                       // 1
 };
 
+// How many threads reduce a row.
+enum class NormThreads : std::uint8_t {
+  kFixed,         // ReduceOrder::threads, capped at H (Triton: 32 x num_warps lanes)
+  kCsrcByTokens,  // csrc launchers: min(H or H / vec, 1024), 256 from 256 tokens on (vllm#48271)
+  kTritonWarps,   // fused_dual_rmsnorm_cat: 8 / 4 / 2 warps for next_pow2(H) >= 4096 / >= 1024 / below
+};
+
 struct NormKernel {
   NormRounding rounding = NormRounding::kTwoRoundings;
   // Gemma (1 + w) weights multiply in fp32 with one final rounding in forward_native (GemmaRMSNorm computes
-  // the whole row in fp32); the csrc kernels keep their rounding points whatever the weight.
+  // the whole row in fp32).
   bool one_plus_rounds_once = false;
-  ReduceOrder order;  // how the sum of squares is reduced; csrc kernels launch min(H, order.threads) threads
+  bool one_plus_supported = true;  // the csrc kernels and the fused dual kernel have no (1 + w) mode
+  ReduceOrder order;               // how the sum of squares is reduced
+  NormThreads threads = NormThreads::kFixed;
+  bool threads_per_vector = false;  // rms_norm: min(H / vec, max_block_size) threads; fused_add: min(H, ...)
   VecWidth vec = VecWidth::kFixed;
   ResidualPath residual = ResidualPath::kNone;
-  bool residual_required = false;  // fused_add_rms_norm has no plain mode
+  ResidualPath one_plus_residual = ResidualPath::kNone;  // GemmaRMSNorm: the add happens in the act dtype
+  bool residual_required = false;                        // fused_add_rms_norm has no plain mode
+  bool output_contiguous = false;    // rms_norm: TORCH_CHECK(out.is_contiguous())
+  bool residual_contiguous = false;  // fused_add_rms_norm: TORCH_CHECK(residual.is_contiguous())
+  bool inputs_contiguous = false;    // fused_dual_rmsnorm_cat: "inputs must be contiguous"
+  // rms_norm's output loop reads input rows and the weight, and writes output rows, as vec-element vectors
+  // with no alignment check: on CUDA a row that is not vec * sizeof bytes aligned faults (misaligned
+  // address).
+  bool misaligned_vector_faults = false;
+  std::string name_for_reasons;
 };
 
 // One deliberate deviation per mutant; the comments name the bug class (sources in docs/BACKENDS.md).
@@ -66,9 +85,11 @@ std::unique_ptr<Backend> make_concat_backend(TwinInfo info, NormBug bug = NormBu
 NormKernel rmsnorm_native_kernel();
 NormKernel rmsnorm_cuda_kernel();
 NormKernel rmsnorm_fused_add_kernel();
+NormKernel rmsnorm_cuda_onecast_kernel();
 NormKernel dual_fused_kernel();
 TwinInfo rmsnorm_native_info();
 TwinInfo rmsnorm_cuda_info();
+TwinInfo rmsnorm_cuda_onecast_info();
 TwinInfo rmsnorm_fused_add_info();
 TwinInfo dual_fused_info();
 TwinInfo concat_copy_info();

@@ -97,6 +97,9 @@ CaseSpec draw_rmsnorm(const GenOptions& opts) {
   p.residual = *weightedElement<bool>({{2, false}, {1, true}});
   s.params = p;
   s.inplace_output = *weightedElement<bool>({{3, false}, {1, true}});
+  // Half the out-of-place cases get a fresh contiguous y, as a caller of the csrc kernel (which checks
+  // out.is_contiguous()) allocates it: with a strided x that is where a stride bug shows.
+  s.contiguous_output = !s.inplace_output && *weightedElement<bool>({{1, false}, {1, true}});
   return s;
 }
 

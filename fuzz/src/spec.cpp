@@ -190,7 +190,9 @@ Case materialize_rmsnorm(const CaseSpec& s, ValueRng& poison) {
     fill(r, s.distribution, n, mag, rr);
     c.tensors["residual"] = r;
   }
-  c.tensors["y"] = s.inplace_output ? x : make_padded(s.act_dtype, {n, h}, s.row_pad, s.base_offset, poison);
+  c.tensors["y"] = s.inplace_output      ? x
+                   : s.contiguous_output ? make_padded(s.act_dtype, {n, h}, 0, 0, poison)
+                                         : make_padded(s.act_dtype, {n, h}, s.row_pad, s.base_offset, poison);
   return c;
 }
 
@@ -632,6 +634,7 @@ void to_json(nlohmann::json& j, const CaseSpec& s) {
                      {"row_pad", s.row_pad},
                      {"base_offset", s.base_offset},
                      {"inplace_output", s.inplace_output},
+                     {"contiguous_output", s.contiguous_output},
                      {"distribution", distribution_name(s.distribution)},
                      {"value_seed", s.value_seed}};
 }
@@ -670,6 +673,8 @@ void from_json(const nlohmann::json& j, CaseSpec& s) {
   out.row_pad = get_int(j, "row_pad", 0);
   out.base_offset = get_int(j, "base_offset", 0);
   out.inplace_output = get_bool(j, "inplace_output");
+  // Added after the first bundles were written: absent means the original layout (y shares x's).
+  out.contiguous_output = j.contains("contiguous_output") && get_bool(j, "contiguous_output");
   const auto dist = get_string(j, "distribution");
   const auto* it = std::find_if(std::begin(kAllDistributions), std::end(kAllDistributions),
                                 [&](Distribution d) { return distribution_name(d) == dist; });

@@ -90,6 +90,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
   virtual std::string_view description() const = 0;  // one line: what kernel it models, and its source
+  // The upstream code a backend reproduces: repository, file(s) and the commit or release range it is pinned
+  // to ("vllm-project/vllm@0013943 vllm/v1/attention/ops/triton_unified_attention.py"). Empty for backends
+  // that model no upstream kernel (hand-made test backends).
+  virtual std::string_view provenance() const { return {}; }
   virtual BackendKind kind() const = 0;
   virtual OpKind op() const = 0;
   // False with a reason when the backend cannot run on this machine (no GPU, no driver).
@@ -113,6 +117,16 @@ class Backend {
   // Mutants: the correct backend this one breaks, and the bug class it models with its source (issue/PR).
   virtual std::string_view mutates() const { return {}; }
   virtual std::string_view bug_class() const { return {}; }
+  // Upstream defects a twin reproduces, each one named switch of its kernel parameters
+  // ("softcap_from_exp"). A known finding (golden/known-findings.toml) names one. without_defects() returns
+  // this backend (same name, same bug for a mutant) with the named defects repaired, or nullptr when it
+  // models none of them: a failure is explained by known findings when the repaired backend passes the same
+  // case (fuzz/include/driftcheck/fuzz/known_findings.hpp).
+  virtual std::vector<std::string> modelled_defects() const { return {}; }
+  virtual std::unique_ptr<Backend> without_defects(const std::vector<std::string>& defects) const {
+    (void)defects;
+    return nullptr;
+  }
 };
 
 class Registry {

@@ -66,6 +66,9 @@ struct CaseSpec {
   std::int64_t row_pad = 0;      // extra elements between rows (row stride = width + row_pad)
   std::int64_t base_offset = 0;  // element offset of every tensor's first element (1..7 misaligns)
   bool inplace_output = false;   // rmsnorm: y aliases x (as in-place kernels write)
+  // rmsnorm, not in place: y is a fresh contiguous, aligned tensor (what a caller allocates for a kernel that
+  // checks out.is_contiguous()) instead of sharing x's row padding and offset. Optional in JSON (false).
+  bool contiguous_output = false;
   // values
   Distribution distribution = Distribution::kNormal;
   std::uint64_t value_seed = 1;

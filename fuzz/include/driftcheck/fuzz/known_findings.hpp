@@ -1,0 +1,56 @@
+// Known findings: failures of faithful twins that reproduce a defect of the upstream kernel they model. They
+// are true findings about the real kernel, recorded in golden/known-findings.toml (format: docs/FINDINGS.md)
+// so that campaigns and gates report them apart and stay green, without hiding anything else: a failure is
+// explained only when the same backend, with the named defects repaired (Backend::without_defects), passes
+// the same case. A known finding that no longer reproduces is reported too.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "driftcheck/fuzz/oracle.hpp"
+
+namespace driftcheck::fuzz {
+
+inline constexpr int kKnownFindingsVersion = 1;
+
+struct KnownFinding {
+  std::string id;        // stable name, also the docs/FINDINGS.md anchor
+  std::string backend;   // glob over backend names; also matches mutants of a matching twin
+  std::string defect;    // the twin's defect switch (Backend::modelled_defects) that reproduces it
+  std::string summary;   // one line: what the real kernel does wrong
+  std::string upstream;  // repository@commit file:line of the code at fault
+  std::string issue;     // upstream issue or PR, or "none found"
+  std::string replay;    // a driftcheck command that reproduces it
+};
+
+struct KnownFindings {
+  std::vector<KnownFinding> findings;
+};
+
+// Parses the TOML text of a known-findings file (format = "driftcheck-known-findings", version = 1, one
+// [[finding]] table per finding). Throws InvalidArgument naming the source and the problem.
+KnownFindings parse_known_findings(std::string_view toml, std::string_view source);
+KnownFindings read_known_findings(const std::filesystem::path& path);
+
+// golden/known-findings.toml as it was when this binary was built.
+const KnownFindings& builtin_known_findings();
+
+// The known findings that apply to a backend: their glob matches its name or the twin it mutates, and it
+// models their defect.
+std::vector<const KnownFinding*> applicable_findings(const KnownFindings& known, const Backend& backend);
+
+// The backend with every applicable known finding's defect repaired, or nullptr when none applies. A mutant
+// repaired this way still carries its own bug: the proof that a mutant is caught runs this backend.
+std::unique_ptr<Backend> repaired_backend(const KnownFindings& known, const Backend& backend);
+
+// Which known findings explain a failed evaluation of `backend` on `prepared`: the backend with all
+// applicable defects repaired must pass (else the failure is unexplained and the result is empty); then each
+// finding whose defect alone, left in, still fails the case is named (all of them when only their
+// combination fails).
+std::vector<const KnownFinding*> explain_failure(const KnownFindings& known, const Backend& backend,
+                                                 const PreparedCase& prepared, const EvalOptions& opts = {});
+
+}  // namespace driftcheck::fuzz

@@ -1,0 +1,121 @@
+#include "driftcheck/fuzz/known_findings.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+namespace driftcheck::fuzz {
+
+extern const std::string_view kBuiltinKnownFindingsToml;  // known_findings_builtin.cpp (generated)
+
+namespace {
+
+[[noreturn]] void bad(std::string_view source, std::string_view what) {
+  throw InvalidArgument(fmt::format("known findings {}: {}", source, what));
+}
+
+std::string required(const toml::table& t, std::string_view key, std::string_view source, std::size_t index) {
+  const auto v = t[key].value<std::string>();
+  if (!v || v->empty()) bad(source, fmt::format("finding {} has no '{}' string", index + 1, key));
+  return *v;
+}
+
+// backend is a comma-separated list of globs, like --backends.
+bool names_backend(std::string_view globs, std::string_view name) {
+  if (name.empty()) return false;
+  for (std::size_t start = 0; start <= globs.size();) {
+    const std::size_t comma = std::min(globs.find(',', start), globs.size());
+    std::string_view g = globs.substr(start, comma - start);
+    while (!g.empty() && g.front() == ' ') g.remove_prefix(1);
+    while (!g.empty() && g.back() == ' ') g.remove_suffix(1);
+    if (!g.empty() && glob_match(g, name)) return true;
+    start = comma + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+KnownFindings parse_known_findings(std::string_view text, std::string_view source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    bad(source, fmt::format("not TOML: {} (line {})", e.description(), e.source().begin.line));
+  }
+  if (root["format"].value<std::string>() != "driftcheck-known-findings")
+    bad(source, "format must be \"driftcheck-known-findings\"");
+  if (root["version"].value<std::int64_t>() != kKnownFindingsVersion)
+    bad(source, fmt::format("version must be {}", kKnownFindingsVersion));
+  KnownFindings out;
+  const toml::array* list = root["finding"].as_array();
+  if (list == nullptr) return out;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const toml::table* t = (*list)[i].as_table();
+    if (t == nullptr) bad(source, fmt::format("finding {} is not a table", i + 1));
+    KnownFinding f{required(*t, "id", source, i),       required(*t, "backend", source, i),
+                   required(*t, "defect", source, i),   required(*t, "summary", source, i),
+                   required(*t, "upstream", source, i), required(*t, "issue", source, i),
+                   required(*t, "replay", source, i)};
+    for (const KnownFinding& g : out.findings)
+      if (g.id == f.id) bad(source, fmt::format("duplicate id '{}'", f.id));
+    out.findings.push_back(std::move(f));
+  }
+  return out;
+}
+
+KnownFindings read_known_findings(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) bad(path.string(), "cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_known_findings(text.str(), path.string());
+}
+
+const KnownFindings& builtin_known_findings() {
+  static const KnownFindings k =
+      parse_known_findings(kBuiltinKnownFindingsToml, "golden/known-findings.toml");
+  return k;
+}
+
+std::vector<const KnownFinding*> applicable_findings(const KnownFindings& known, const Backend& backend) {
+  const std::vector<std::string> defects = backend.modelled_defects();
+  std::vector<const KnownFinding*> out;
+  for (const KnownFinding& f : known.findings) {
+    const bool named =
+        names_backend(f.backend, backend.name()) || names_backend(f.backend, backend.mutates());
+    if (named && std::find(defects.begin(), defects.end(), f.defect) != defects.end()) out.push_back(&f);
+  }
+  return out;
+}
+
+std::unique_ptr<Backend> repaired_backend(const KnownFindings& known, const Backend& backend) {
+  std::vector<std::string> defects;
+  for (const KnownFinding* f : applicable_findings(known, backend)) defects.push_back(f->defect);
+  return defects.empty() ? nullptr : backend.without_defects(defects);
+}
+
+std::vector<const KnownFinding*> explain_failure(const KnownFindings& known, const Backend& backend,
+                                                 const PreparedCase& prepared, const EvalOptions& opts) {
+  const std::vector<const KnownFinding*> candidates = applicable_findings(known, backend);
+  if (candidates.empty()) return {};
+  std::vector<std::string> all;
+  for (const KnownFinding* f : candidates) all.push_back(f->defect);
+  const auto repaired = backend.without_defects(all);
+  if (!repaired || is_failure(evaluate(*repaired, prepared, opts).verdict)) return {};
+  if (candidates.size() == 1) return candidates;
+  std::vector<const KnownFinding*> out;
+  for (const KnownFinding* f : candidates) {
+    std::vector<std::string> others;
+    for (const std::string& d : all)
+      if (d != f->defect) others.push_back(d);
+    const auto partly = backend.without_defects(others);
+    if (partly && is_failure(evaluate(*partly, prepared, opts).verdict)) out.push_back(f);
+  }
+  return out.empty() ? candidates : out;
+}
+
+}  // namespace driftcheck::fuzz

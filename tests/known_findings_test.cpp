@@ -1,0 +1,180 @@
+// Known findings (golden/known-findings.toml): the file format, and that each listed finding still
+// reproduces where its replay command says and is explained by its own defect only. Also the upstream
+// behaviours behind them, on cases built by hand: a faithful twin shows the defect, the same twin with the
+// defect repaired does not.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "case_builders.hpp"
+#include "driftcheck/fuzz/known_findings.hpp"
+#include "driftcheck/fuzz/spec.hpp"
+#include "driftcheck/reference/reference.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+constexpr std::string_view kHeader = "format = \"driftcheck-known-findings\"\nversion = 1\n";
+
+std::string finding(std::string_view id) {
+  return fmt::format(
+      "[[finding]]\nid = \"{}\"\nbackend = \"cpu.attn.triton_unified\"\ndefect = \"softcap_from_exp\"\n"
+      "summary = \"s\"\nupstream = \"u\"\nissue = \"none found\"\nreplay = \"driftcheck replay\"\n",
+      id);
+}
+
+bool throws_with(std::string_view text, std::string_view what) {
+  try {
+    parse_known_findings(text, "test.toml");
+  } catch (const InvalidArgument& e) {
+    return std::string(e.what()).find(what) != std::string::npos;
+  }
+  return false;
+}
+
+TEST(KnownFindings, ParsesTheVersionedFormatAndRejectsMalformedFiles) {
+  const KnownFindings k = parse_known_findings(std::string(kHeader) + finding("a") + finding("b"), "t");
+  ASSERT_EQ(k.findings.size(), 2u);
+  EXPECT_EQ(k.findings[1].id, "b");
+  EXPECT_EQ(k.findings[0].defect, "softcap_from_exp");
+  EXPECT_TRUE(parse_known_findings(kHeader, "t").findings.empty());
+  EXPECT_TRUE(throws_with("version = 1\n", "format"));
+  EXPECT_TRUE(throws_with("format = \"driftcheck-known-findings\"\nversion = 2\n", "version must be 1"));
+  EXPECT_TRUE(throws_with(std::string(kHeader) + finding("a") + finding("a"), "duplicate id 'a'"));
+  EXPECT_TRUE(throws_with(std::string(kHeader) + "[[finding]]\nid = \"x\"\n", "no 'backend'"));
+  EXPECT_TRUE(throws_with("format = [", "not TOML"));
+}
+
+// The replay command of a finding: driftcheck replay --seed S --case I --op OP --backend NAME.
+struct Replay {
+  std::uint64_t seed = 0, index = 0;
+  OpKind op = OpKind::kRmsNorm;
+  std::string backend;
+};
+
+Replay parse_replay(const std::string& cmd) {
+  std::istringstream in(cmd);
+  Replay r;
+  std::string word, op;
+  while (in >> word) {
+    if (word == "--seed") in >> r.seed;
+    if (word == "--case") in >> r.index;
+    if (word == "--op") in >> op;
+    if (word == "--backend") in >> r.backend;
+  }
+  EXPECT_TRUE(parse_op(op, &r.op)) << cmd;
+  return r;
+}
+
+// A known finding that stops reproducing fails here: the list must follow the twins.
+TEST(KnownFindings, EachBuiltinFindingReproducesAtItsReplayAndIsExplainedByItsDefect) {
+  const KnownFindings& known = builtin_known_findings();
+  ASSERT_FALSE(known.findings.empty());
+  for (const KnownFinding& f : known.findings) {
+    const Replay r = parse_replay(f.replay);
+    const Backend* b = registry().find(r.backend);
+    ASSERT_NE(b, nullptr) << f.id << ": " << r.backend;
+    const auto defects = b->modelled_defects();
+    EXPECT_NE(std::find(defects.begin(), defects.end(), f.defect), defects.end()) << f.id;
+    Case c = materialize(draw_case(r.op, r.seed, r.index).value());
+    const PreparedCase pc = prepare(std::move(c));
+    const Evaluation ev = evaluate(*b, pc);
+    EXPECT_TRUE(is_failure(ev.verdict)) << f.id << " no longer reproduces: " << f.replay;
+    const auto why = explain_failure(known, *b, pc);
+    EXPECT_NE(std::find(why.begin(), why.end(), &f), why.end()) << f.id << ": " << ev.detail;
+  }
+}
+
+// A mutant's own bug is never explained away by its twin's known findings.
+TEST(KnownFindings, AMutantsOwnBugIsNotExplained) {
+  const Backend& m = *registry().find("mutant.rmsnorm.eps_outside_rsqrt");
+  RmsNormParams p;
+  p.eps = 1e-5;
+  Case c = builders::rmsnorm_case(2, 64, DType::kBF16, p, 3);
+  c.tensor("x").copy_from(std::vector<double>(static_cast<std::size_t>(c.tensor("x").numel()), 1e-4));
+  const PreparedCase pc = prepare(std::move(c));
+  ASSERT_TRUE(is_failure(evaluate(m, pc).verdict));
+  EXPECT_TRUE(explain_failure(builtin_known_findings(), m, pc).empty());
+  // ... while the same case misaligned fails the twin itself, and that is explained.
+  Case shifted = builders::rmsnorm_case(2, 64, DType::kBF16, p, 3, builders::Layout{0, 3, 8});
+  shifted.tensors["y"] = builders::matrix(DType::kBF16, 2, 64);
+  const Backend& twin = *registry().find("cpu.rmsnorm.cuda");
+  const PreparedCase ps = prepare(std::move(shifted));
+  const Evaluation ev = evaluate(twin, ps);
+  EXPECT_EQ(ev.verdict, Verdict::kError);
+  EXPECT_NE(ev.detail.find("misaligned address"), std::string::npos) << ev.detail;
+  ASSERT_EQ(explain_failure(builtin_known_findings(), twin, ps).size(), 1u);
+}
+
+// One query head, one KV head, head size 32, block size 16, scale 1.
+builders::AttentionSpec one_head(DType t, std::int64_t query_len, std::int64_t seq_len) {
+  builders::AttentionSpec s;
+  s.params.num_q_heads = 1;
+  s.params.num_kv_heads = 1;
+  s.params.head_dim = 32;
+  s.params.block_size = 16;
+  s.params.scale = 1.0;
+  s.q_dtype = t;
+  s.kv_dtype = t;
+  s.query_lens = {query_len};
+  s.seq_lens = {seq_len};
+  return s;
+}
+
+// TRITON_ATTN BLOCK_M grouping: 16 queries of one sequence share a tile range. With a window of 1 each row
+// sees its own key only; the last row's first tile holds no key for it, so its M jumps to 0 and L to 0, and
+// its own logit of -20 gives P = e^-20, which fp16 rounds to 0 before P.V: the kernel writes 0 where the
+// reference is v.
+TEST(UpstreamBehaviour, TritonEmptyTileStepZeroesAnFp16RowThatTheReferenceDoesNot) {
+  builders::AttentionSpec s = one_head(DType::kF16, 16, 40);
+  s.params.window = 1;
+  Case c = builders::attention_case(s, 5);
+  c.tensor("q").copy_from(std::vector<double>(static_cast<std::size_t>(c.tensor("q").numel()), -0.625));
+  Tensor& k = c.tensor("k_cache");
+  std::vector<double> kv = k.to_f64();
+  for (double& x : kv) x = std::isnan(x) ? x : 1.0;  // every live key 1 (poison stays): q.k = -20
+  k.copy_from(kv);
+  const Backend& twin = *registry().find("cpu.attn.triton_unified");
+  ASSERT_TRUE(twin.supports(c).ok) << twin.supports(c).reason;
+  Case out = c.clone();
+  twin.run(out);
+  const auto ref = reference(c);
+  const auto& o = out.tensor("o");
+  const double want = ref.at("o").at({15, 0, 0});
+  ASSERT_NE(want, 0.0);
+  EXPECT_EQ(o.at({15, 0, 0}), 0.0);  // row 15 (key 39): its first tile was empty for it
+  EXPECT_NEAR(o.at({0, 0, 0}), ref.at("o").at({0, 0, 0}), 1e-2);  // row 0 (key 24): its key in tile 0
+  Case fixed = c.clone();
+  twin.without_defects({"empty_tile_step"})->run(fixed);
+  EXPECT_NEAR(fixed.tensor("o").at({15, 0, 0}), want, 1e-2 * std::fabs(want) + 1e-3);
+}
+
+// Softcap from exponentials: |s / c| beyond ~88.7 overflows one exponential and the logit is NaN.
+TEST(UpstreamBehaviour, TritonSoftcapFromExponentialsIsNaNForLargeLogits) {
+  builders::AttentionSpec s = one_head(DType::kBF16, 1, 20);
+  s.params.softcap = 1.0;
+  s.q_stddev = 50;  // |q.k| of hundreds
+  const Case c = builders::attention_case(s, 9);
+  const Backend& twin = *registry().find("cpu.attn.triton_unified");
+  Case out = c.clone();
+  twin.run(out);
+  EXPECT_TRUE(std::isnan(out.tensor("o").at({0, 0, 0})));
+  Case fixed = c.clone();
+  twin.without_defects({"softcap_from_exp"})->run(fixed);
+  EXPECT_TRUE(std::isfinite(fixed.tensor("o").at({0, 0, 0})));
+}
+
+// The csrc rms_norm window around v0.20 cast once: it differs from the two-cast kernel in some element.
+TEST(UpstreamBehaviour, RmsNormOneCastWindowRoundsOnceWhereTheKernelRoundsTwice) {
+  const Case c = builders::rmsnorm_case(4, 256, DType::kBF16, {}, 17);
+  Case two = c.clone(), one = c.clone();
+  registry().find("cpu.rmsnorm.cuda")->run(two);
+  registry().find("cpu.rmsnorm.cuda_onecast")->run(one);
+  EXPECT_NE(two.tensor("y").to_f64(), one.tensor("y").to_f64());
+}
+
+}  // namespace
+}  // namespace driftcheck::fuzz
