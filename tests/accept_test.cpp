@@ -26,7 +26,8 @@ TEST(ExpectedAccepted, CountsLeadingAcceptancesWithinEachSequence) {
 
 AcceptOptions small(const std::string& backends) {
   AcceptOptions o;
-  o.model.hidden = 64, o.model.num_q_heads = 4, o.model.num_kv_heads = 2, o.model.head_dim = 16;
+  // Head size 32: TRITON_ATTN's minimum.
+  o.model.hidden = 64, o.model.num_q_heads = 4, o.model.num_kv_heads = 2, o.model.head_dim = 32;
   o.model.intermediate = 160, o.model.vocab = 3000, o.model.positions = 160;
   o.backend_globs = backends;
   o.jobs = 2;

@@ -221,12 +221,14 @@ Act Drafter::mlp(const Act& x2) const {
 
 // The layer's input: the fused dual norm + concat, or (for an rmsnorm or concat backend) the unfused chain of
 // two norms and a concat. The hidden state is a slice of the target's [N, 3H] auxiliary hidden states (row
-// stride 3H), as EAGLE3 receives it, so a kernel that ignores row strides reads the wrong rows.
+// stride 3H), as EAGLE3 receives it, so a kernel that ignores row strides reads the wrong rows. The norms
+// write fresh contiguous outputs (vLLM's rms_norm checks out.is_contiguous()); fused_dual_rmsnorm_cat raises
+// on strided inputs, so its caller passes contiguous copies.
 Act Drafter::input_block(const Backend* b, DrafterRun& run) const {
   const std::int64_t n = cfg_.positions, h = cfg_.hidden;
   const bool unfused = b != nullptr && (b->op() == OpKind::kRmsNorm || b->op() == OpKind::kConcat);
   if (!unfused) {
-    CaseSpec s = row_spec(OpKind::kDualRmsNormCat, cfg_, 2 * h);
+    CaseSpec s = row_spec(OpKind::kDualRmsNormCat, cfg_, 0);
     s.params = DualRmsNormCatParams{cfg_.eps, WeightMode::kPlain};
     Case c = materialize(s);
     c.tensor("e").copy_from(to_doubles(embeds_));
@@ -238,6 +240,7 @@ Act Drafter::input_block(const Backend* b, DrafterRun& run) const {
   const auto norm = [&](const Act& x, const std::vector<double>& w, std::int64_t row_pad, const char* point) {
     CaseSpec s = row_spec(OpKind::kRmsNorm, cfg_, row_pad);
     s.params = RmsNormParams{cfg_.eps, WeightMode::kPlain, false};
+    s.contiguous_output = true;
     Case c = materialize(s);
     c.tensor("x").copy_from(to_doubles(x));
     c.tensor("w").copy_from(w);

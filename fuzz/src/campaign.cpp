@@ -80,6 +80,9 @@ class Campaign {
   void absorb(PhaseResult r);
   bool finish(reports::Report& report);  // false when the report could not be written
   double elapsed() const { return elapsed_offset_ + seconds_since(start_); }
+  const KnownFindings& known_findings() const {
+    return opts_.known_findings ? *opts_.known_findings : builtin_known_findings();
+  }
   int jobs() const;
   reports::Report build() const;
   bool out_of_budget(std::uint64_t k) const;
@@ -262,9 +265,17 @@ void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& sp
   }
   ++stats.checks;
   live_checks_.fetch_add(1);
+  if (!e.outputs.empty()) outputs.emplace_back(&b, e.outputs);
+  if (e.verdict != Verdict::kPass) {
+    if (const auto known = explain_failure(known_findings(), b, p); !known.empty()) {
+      ++s.run;
+      for (const KnownFinding* f : known) ++s.known[f->id];  // an upstream defect the twin reproduces
+      return;
+    }
+  }
+  // A known finding's failures stay out of the drift statistics too: they are the upstream defect, not drift.
   s.record(e, p.input.index, shape_class(spec));
   add_drift(s.drift[drift_format(spec)], p.input.index, e);
-  if (!e.outputs.empty()) outputs.emplace_back(&b, e.outputs);
   if (is_failure(e.verdict)) on_failure(b, spec, p, e);
 }
 
@@ -375,7 +386,8 @@ void Campaign::monitor() {
 reports::Report Campaign::build() const {
   std::lock_guard lock(mu_);
   const auto findings = findings_.snapshot();
-  return build_report({opts_, sel_, committed_, watermark_, elapsed(), findings, internal_errors_});
+  return build_report(
+      {opts_, sel_, committed_, watermark_, elapsed(), findings, internal_errors_, known_findings()});
 }
 
 // Workers run until the budget, an interrupt or a failure; the ThreadGroup stops and joins them however this
@@ -509,6 +521,9 @@ CheckResult check_case(const Backend& backend, Case pristine) {
   const PreparedCase prepared = prepare(std::move(pristine));
   r.evaluation = evaluate(backend, prepared);
   if (r.evaluation.verdict == Verdict::kUnsupported) r.support = Support::no(r.evaluation.detail);
+  if (is_failure(r.evaluation.verdict))
+    for (const KnownFinding* f : explain_failure(builtin_known_findings(), backend, prepared))
+      r.known_findings.push_back(f->id);
   return r;
 }
 

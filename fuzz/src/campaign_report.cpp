@@ -55,6 +55,27 @@ reports::BackendReport backend_report(const Backend& b, const BackendStats& s,
   return br;
 }
 
+// Every known finding that applies to a selected backend: how many failing cases it explained and how many
+// cases its backends ran (one that explained none while they ran cases did not reproduce).
+std::vector<reports::KnownFindingReport> known_report(const ReportInputs& in) {
+  std::vector<reports::KnownFindingReport> out;
+  for (const KnownFinding& f : in.known.findings) {
+    reports::KnownFindingReport k{f.id, f.summary, f.upstream, f.replay, {}, 0, 0};
+    for (const Backend* b : in.selection.backends) {
+      const auto applies = applicable_findings(in.known, *b);
+      if (std::find(applies.begin(), applies.end(), &f) == applies.end()) continue;
+      k.backends.emplace_back(b->name());
+      const auto it = in.stats.backends.find(std::string(b->name()));
+      if (it == in.stats.backends.end()) continue;
+      k.backend_cases += it->second.run;
+      const auto n = it->second.known.find(f.id);
+      if (n != it->second.known.end()) k.cases += n->second;
+    }
+    if (!k.backends.empty()) out.push_back(std::move(k));
+  }
+  return out;
+}
+
 }  // namespace
 
 reports::Report build_report(const ReportInputs& in) {
@@ -82,6 +103,7 @@ reports::Report build_report(const ReportInputs& in) {
     r.divergence.push_back(
         {a ? std::string(op_name(a->op())) : "?", key.first, key.second, p.max_ulps, p.shared});
   }
+  r.known_findings = known_report(in);
   r.errors.insert(r.errors.end(), in.internal_errors.begin(), in.internal_errors.end());
   r.exit_code = !in.internal_errors.empty() ? 3 : (!r.errors.empty() || !r.findings.empty()) ? 1 : 0;
   return r;
@@ -108,6 +130,14 @@ void print_summary(const CampaignOptions& opts, const reports::Report& r, bool w
     if (!f.shape.empty())
       o << fmt::format("    repro: {} ({} shrinks accepted of {} tried{})\n", f.shape, f.shrink_steps,
                        f.shrink_tries, f.shrink_minimal ? ", minimal" : "");
+  }
+  for (const auto& k : r.known_findings) {
+    if (k.cases > 0)
+      o << fmt::format("known finding {}: {} failing cases (upstream defect, docs/FINDINGS.md)\n", k.id,
+                       k.cases);
+    else if (k.backend_cases > 0)
+      o << fmt::format("known finding {}: not reproduced in {} cases of its backends\n", k.id,
+                       k.backend_cases);
   }
   if (opts.include_mutants) {
     o << "time to first finding per mutant:\n";

@@ -10,6 +10,7 @@
 #include "campaign_findings.hpp"
 #include "campaign_stats.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/fuzz/known_findings.hpp"
 
 namespace driftcheck::fuzz {
 
@@ -21,6 +22,7 @@ struct ReportInputs {
   double seconds;       // campaign time, resumed segments included
   const std::map<std::string, FindingState>& findings;
   const std::vector<std::string>& internal_errors;
+  const KnownFindings& known;
 };
 
 // Exit code: 3 with internal errors, 1 with findings or zero-case errors, else 0.

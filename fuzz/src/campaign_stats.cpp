@@ -45,6 +45,7 @@ void BackendStats::merge(const BackendStats& o) {
   for (const auto& [r, n] : o.reasons) reasons[r] += n;
   for (const auto& [v, n] : o.failures) failures[v] += n;
   for (const auto& [f, d] : o.drift) drift[f].merge(d);
+  for (const auto& [id, n] : o.known) known[id] += n;
   if (o.worst_ratio > worst_ratio || std::isnan(o.worst_ratio))
     worst_ratio = o.worst_ratio, worst_case = o.worst_case;
   while (reasons.size() > kMaxReasons)
@@ -62,6 +63,7 @@ json BackendStats::to_json() const {
           {"passed", passed},
           {"reasons", reasons},
           {"failures", failures},
+          {"known", known},
           {"worst_ratio", number_json(worst_ratio)},
           {"worst_case", worst_case},
           {"seconds", seconds},
@@ -86,6 +88,8 @@ BackendStats BackendStats::from_json(const json& j) {
   s.run = int_field(j, "run", 0), s.unsupported = int_field(j, "unsupported", 0);
   s.passed = int_field(j, "passed", 0);
   s.reasons = counts_from(j, "reasons"), s.failures = counts_from(j, "failures");
+  // Journals written before known findings existed have no "known".
+  if (j.contains("known")) s.known = counts_from(j, "known");
   s.worst_ratio = number_field(j, "worst_ratio"), s.worst_case = u64_field(j, "worst_case");
   s.seconds = number_field(j, "seconds");
   // Journals written before drift statistics existed resume with none for their cases. The drift reader

@@ -27,6 +27,7 @@ struct BackendStats {
   std::int64_t run = 0, unsupported = 0, passed = 0;
   std::map<std::string, StatisticalClass> stat_classes;  // the statistical tier's counts by shape class
   std::map<std::string, std::int64_t> reasons, failures;
+  std::map<std::string, std::int64_t> known;  // known finding id -> failing cases it explained
   double worst_ratio = 0;
   std::uint64_t worst_case = 0;
   double seconds = 0;

@@ -32,6 +32,7 @@ struct FuzzArgs {
   std::string out = "driftcheck-out";
   bool mutants = false;
   bool resume = false;
+  std::string known_findings;  // empty: the list built into the binary
   ProgressArgs progress;
   std::string corpus;
 };
@@ -120,6 +121,15 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
   o.shrink_seconds = a.shrink_seconds;
   o.out_dir = a.out, o.resume = a.resume, o.command_line = command;
   o.log = a.progress.quiet ? nullptr : &err, o.progress = a.progress.style(tty);
+  KnownFindings known;
+  if (!a.known_findings.empty()) {
+    try {
+      known = read_known_findings(a.known_findings);
+    } catch (const InvalidArgument& e) {
+      throw UsageError(e.what());  // a malformed list: bad input, exit 2
+    }
+    o.known_findings = &known;
+  }
   o.interrupt = &interrupted;
   catch_interrupts();
   const CampaignResult r = run_campaign(o);
@@ -145,6 +155,10 @@ int report_check(const Backend& b, const CheckResult& r, std::ostream& out) {
   const Evaluation& e = r.evaluation;
   out << fmt::format("{} {} {} worst_ratio {:.4g}{}{}\n", is_failure(e.verdict) ? "FAIL" : "PASS", b.name(),
                      verdict_name(e.verdict), e.worst_ratio, e.detail.empty() ? "" : ": ", e.detail);
+  // Still a failure of the real kernel (exit 1), but a known one: say which.
+  for (const auto& id : r.known_findings)
+    out << fmt::format("KNOWN FINDING {}: an upstream defect the twin reproduces (docs/FINDINGS.md#{})\n", id,
+                       id);
   return is_failure(e.verdict) ? kExitDrift : kExitClean;
 }
 
@@ -191,6 +205,9 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
   cmd.add_option("--jobs", a.jobs, "worker threads (default: one per core)")->check(at_least(0, false));
   cmd.add_option("--out", a.out, "campaign directory (default ./driftcheck-out)")->check(non_empty());
   auto* mut = cmd.add_flag("--mutants", a.mutants, "also run the mutant.* backends");
+  cmd.add_option(
+      "--known-findings", a.known_findings,
+      "known upstream findings to report apart (TOML, docs/FINDINGS.md; default: the built-in list)");
   // A resumed campaign keeps the stream it was started with; only budgets may change.
   cmd.add_flag("--resume", a.resume, "continue the campaign journaled in --out")->excludes(op, be, seed, mut);
   add_progress_options(cmd, a.progress);
@@ -227,7 +244,9 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
                               add_gate_command(app, ctx, backend_args),
                               add_baseline_command(app, ctx),
                               add_corpus_command(app, ctx),
-                              add_golden_command(app, ctx, backend_args)};
+                              add_golden_command(app, ctx, backend_args),
+                              add_compare_command(app, ctx)};
+  add_backend_options(*commands[7].app, backend_args, true);  // compare: a real kernel is often external
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -71,5 +71,6 @@ Command add_baseline_command(CLI::App& app, const CliContext& ctx);  // baseline
 Command add_corpus_command(CLI::App& app, const CliContext& ctx);    // corpus add (cmd_corpus.cpp)
 // golden verify / update (cmd_golden.cpp): verify takes --backends / --isolate into `backends`.
 Command add_golden_command(CLI::App& app, const CliContext& ctx, BackendArgs& backends);
+Command add_compare_command(CLI::App& app, const CliContext& ctx);  // compare (cmd_compare.cpp)
 
 }  // namespace driftcheck::fuzz

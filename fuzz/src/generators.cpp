@@ -77,6 +77,12 @@ Distribution draw_row_distribution() {
                                          {1, Distribution::kSubnormal}});
 }
 
+// One case in sixteen carries a NaN or an infinity in its input (issue #8 item 7): a kernel must keep it in
+// its own row (and, for concat, copy it bit for bit).
+Special draw_row_special() {
+  return *weightedElement<Special>({{30, Special::kNone}, {1, Special::kNanInput}, {1, Special::kInfInput}});
+}
+
 void draw_row_shape(CaseSpec& s, const GenOptions& opts) {
   s.act_dtype = *gen_act_dtype();
   s.kv_dtype = s.act_dtype;
@@ -85,6 +91,7 @@ void draw_row_shape(CaseSpec& s, const GenOptions& opts) {
   draw_layout(s);
   s.distribution = draw_row_distribution();
   s.value_seed = *rc::gen::arbitrary<std::uint64_t>();
+  s.special = draw_row_special();
 }
 
 CaseSpec draw_rmsnorm(const GenOptions& opts) {
@@ -213,6 +220,23 @@ void draw_attention_layouts(CaseSpec& s) {
       {{2, KvLayout::kSeparate}, {1, KvLayout::kBlockInterleaved}, {1, KvLayout::kStacked}});
 }
 
+// About one case in ten carries a special value: NaN in one live key element, an infinity in one live value
+// element, or (causal, not a decode batch) a sequence with more queries than keys, whose first rows see no
+// key.
+void draw_attention_special(CaseSpec& s, bool decode_batch) {
+  using I = std::int64_t;
+  s.special = *weightedElement<Special>(
+      {{27, Special::kNone}, {1, Special::kNanInput}, {1, Special::kInfInput}, {1, Special::kMaskedRows}});
+  const bool causal = std::get<AttentionParams>(s.params).causal;
+  if (s.special != Special::kMaskedRows) return;
+  if (!causal || decode_batch) {
+    s.special = Special::kNone;
+    return;
+  }
+  const auto seq = static_cast<std::size_t>(*inRange<I>(0, static_cast<I>(s.seq_lens.size())));
+  s.query_lens[seq] = s.seq_lens[seq] + *inRange<I>(1, 4);
+}
+
 CaseSpec draw_attention(const GenOptions& opts) {
   using I = std::int64_t;
   CaseSpec s;
@@ -272,7 +296,13 @@ CaseSpec draw_attention(const GenOptions& opts) {
                                                    {1, Distribution::kNearConstant}});
   s.value_seed = *rc::gen::arbitrary<std::uint64_t>();
   draw_attention_layouts(s);
+  draw_attention_special(s, paged_decode || split_edge);
   return s;
+}
+
+// Findings with a special value get their own signatures.
+std::string special_suffix(const CaseSpec& s) {
+  return s.special == Special::kNone ? "" : fmt::format("/{}", special_name(s.special));
 }
 
 std::string_view attention_mode(const CaseSpec& s) {
@@ -370,8 +400,9 @@ std::string shape_class(const CaseSpec& s) {
     const std::string_view blocks = p.block_size % 16 != 0 || !power_of_two ? "bs_other"
                                     : p.block_size <= 32                    ? "bs16_32"
                                                                             : "bs64_256";
-    return fmt::format("attn/{}/{}/{}/{}", attention_mode(s), p.num_q_heads == p.num_kv_heads ? "mha" : "gqa",
-                       blocks, dtype_name(s.kv_dtype));
+    return fmt::format("attn/{}/{}/{}/{}{}", attention_mode(s),
+                       p.num_q_heads == p.num_kv_heads ? "mha" : "gqa", blocks, dtype_name(s.kv_dtype),
+                       special_suffix(s));
   }
   std::string c =
       fmt::format("{}/{}/h{}", op_name(s.op), dtype_name(s.act_dtype), s.hidden % 8 == 0 ? "8k" : "odd");
@@ -380,7 +411,7 @@ std::string shape_class(const CaseSpec& s) {
   if (s.inplace_output) c += "/inplace";
   if (s.row_pad > 0) c += "/strided";
   if (s.base_offset > 0) c += "/misaligned";
-  return c;
+  return c + special_suffix(s);
 }
 
 }  // namespace driftcheck::fuzz

@@ -40,7 +40,8 @@ enum Stream : std::uint64_t {
   kSinks,
   kPoison,
   kTable,
-  kTableFill
+  kTableFill,
+  kSpecial
 };
 
 double format_max(DType t) {
@@ -168,6 +169,11 @@ void fill_weight(Tensor& w, WeightMode mode, ValueRng& rng) {
   w.copy_from(v);
 }
 
+// Special values (defined below): one NaN or infinity in an input a kernel reads.
+void inject_row_input(const CaseSpec& s, Tensor& t);
+struct Paging;
+void inject_kv(const CaseSpec& s, const Paging& pg, Case& c);
+
 // ---------------------------------------------------------------------------------------------------------------
 // Row ops
 
@@ -181,6 +187,7 @@ Case materialize_rmsnorm(const CaseSpec& s, ValueRng& poison) {
   ValueRng rx(s.value_seed, kX), rw(s.value_seed, kW), rr(s.value_seed, kRes);
   Tensor x = make_padded(s.act_dtype, {n, h}, s.row_pad, s.base_offset, poison);
   fill(x, s.distribution, n, mag, rx);
+  inject_row_input(s, x);
   Tensor w = make_padded(s.act_dtype, {h}, 0, s.base_offset, poison);
   fill_weight(w, p.weight_mode, rw);
   c.tensors["x"] = x;
@@ -205,6 +212,7 @@ Case materialize_concat(const CaseSpec& s, ValueRng& poison) {
   Tensor a = make_padded(s.act_dtype, {n, s.hidden}, s.row_pad, s.base_offset, poison);
   Tensor b = make_padded(s.act_dtype, {n, s.hidden_b}, (s.row_pad * 3) % 17, (s.base_offset + 3) % 8, poison);
   fill(a, s.distribution, n, near_max_magnitude(s.act_dtype, s.hidden), ra);
+  inject_row_input(s, a);
   fill(b, s.distribution, n, near_max_magnitude(s.act_dtype, s.hidden_b), rb);
   c.tensors["a"] = a;
   c.tensors["b"] = b;
@@ -224,6 +232,7 @@ Case materialize_dual(const CaseSpec& s, ValueRng& poison) {
   Tensor e = make_padded(s.act_dtype, {n, h}, 0, s.base_offset, poison);
   Tensor hid = make_padded(s.act_dtype, {n, h}, s.row_pad, s.base_offset, poison);
   fill(e, s.distribution, n, mag, re);
+  inject_row_input(s, e);
   fill(hid, s.distribution, n, mag, rh);
   Tensor we = make_padded(s.act_dtype, {h}, 0, s.base_offset, poison);
   Tensor wh = make_padded(s.act_dtype, {h}, 0, s.base_offset, poison);
@@ -396,6 +405,7 @@ Case materialize_attention(const CaseSpec& s, ValueRng& poison) {
   c.tensors["k_cache"] = k_cache;
   c.tensors["v_cache"] = v_cache;
   c.tensors["block_table"] = make_block_table(s, pg, poison);
+  inject_kv(s, pg, c);
   c.tensors["seq_lens"] = i32_vector(s.seq_lens, poison);
   std::vector<std::int64_t> starts{0};
   for (const auto ql : s.query_lens) starts.push_back(starts.back() + ql);
@@ -411,6 +421,39 @@ Case materialize_attention(const CaseSpec& s, ValueRng& poison) {
       make_padded(s.act_dtype, {tokens, p.num_q_heads, p.head_dim}, s.row_pad, s.base_offset, poison);
   c.tensors["lse"] = make_padded(DType::kF32, {tokens, p.num_q_heads}, 0, s.base_offset, poison);
   return c;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Special values
+
+double special_value(Special sp, ValueRng& rng) {
+  return sp == Special::kNanInput ? std::numeric_limits<double>::quiet_NaN()
+                                  : rng.sign() * std::numeric_limits<double>::infinity();
+}
+
+// One element of a [rows, width] input row, drawn from the spec's own stream.
+void inject_row_input(const CaseSpec& s, Tensor& t) {
+  if (s.special != Special::kNanInput && s.special != Special::kInfInput) return;
+  ValueRng rng(s.value_seed, kSpecial);
+  const auto r = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(t.size(0))));
+  const auto c = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(t.size(1))));
+  t.set({r, c}, special_value(s.special, rng));
+}
+
+// One element of a slot a sequence owns: NaN in a key, +-inf in a value.
+void inject_kv(const CaseSpec& s, const Paging& pg, Case& c) {
+  if (s.special != Special::kNanInput && s.special != Special::kInfInput) return;
+  const auto& p = std::get<AttentionParams>(s.params);
+  ValueRng rng(s.value_seed, kSpecial);
+  const auto seq = static_cast<std::size_t>(rng.below(s.seq_lens.size()));
+  const auto tok = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(s.seq_lens[seq])));
+  std::size_t first_block = 0;
+  for (std::size_t q = 0; q < seq; ++q) first_block += static_cast<std::size_t>(pg.blocks_per_seq[q]);
+  const std::int64_t block = pg.placement[first_block + static_cast<std::size_t>(tok / p.block_size)];
+  const auto g = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(p.num_kv_heads)));
+  const auto d = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(p.head_dim)));
+  Tensor& cache = c.tensor(s.special == Special::kNanInput ? "k_cache" : "v_cache");
+  cache.set({block, tok % p.block_size, g, d}, special_value(s.special, rng));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -445,6 +488,9 @@ std::string_view kv_layout_name(KvLayout l) {
   }
   return "separate";
 }
+
+constexpr Special kAllSpecials[] = {Special::kNone, Special::kNanInput, Special::kInfInput,
+                                    Special::kMaskedRows};
 
 constexpr Distribution kAllDistributions[] = {Distribution::kNormal,       Distribution::kOutlierChannels,
                                               Distribution::kNearConstant, Distribution::kNearMax,
@@ -590,6 +636,20 @@ OpParams params_from_json(OpKind op, const nlohmann::json& j) {
 
 }  // namespace
 
+std::string_view special_name(Special s) {
+  switch (s) {
+    case Special::kNone:
+      return "none";
+    case Special::kNanInput:
+      return "nan_input";
+    case Special::kInfInput:
+      return "inf_input";
+    case Special::kMaskedRows:
+      return "masked_rows";
+  }
+  return "none";
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 
 Case materialize(const CaseSpec& spec) {
@@ -636,7 +696,8 @@ void to_json(nlohmann::json& j, const CaseSpec& s) {
                      {"inplace_output", s.inplace_output},
                      {"contiguous_output", s.contiguous_output},
                      {"distribution", distribution_name(s.distribution)},
-                     {"value_seed", s.value_seed}};
+                     {"value_seed", s.value_seed},
+                     {"special", special_name(s.special)}};
 }
 
 void from_json(const nlohmann::json& j, CaseSpec& s) {
@@ -681,6 +742,14 @@ void from_json(const nlohmann::json& j, CaseSpec& s) {
   if (it == std::end(kAllDistributions)) bad("distribution", fmt::format("unknown distribution '{}'", dist));
   out.distribution = *it;
   out.value_seed = get_u64(j, "value_seed");
+  // Added with special values: absent means none.
+  if (j.contains("special")) {
+    const auto sp = get_string(j, "special");
+    const auto* hit = std::find_if(std::begin(kAllSpecials), std::end(kAllSpecials),
+                                   [&](Special x) { return special_name(x) == sp; });
+    if (hit == std::end(kAllSpecials)) bad("special", fmt::format("unknown special '{}'", sp));
+    out.special = *hit;
+  }
   s = std::move(out);
 }
 

@@ -100,6 +100,24 @@ void markdown_findings(const Report& r, std::string& md) {
   md += "\n";
 }
 
+void markdown_known_findings(const Report& r, std::string& md) {
+  if (r.known_findings.empty()) return;
+  md += fmt::format(
+      "## Known findings ({})\n\nUpstream defects that faithful twins reproduce (docs/FINDINGS.md); not "
+      "counted "
+      "as findings. A case counts here only when the backend with the defect repaired passes it.\n\n"
+      "| id | backends | failing cases | of cases run | upstream | replay |\n|---|---|---:|---:|---|---|\n",
+      r.known_findings.size());
+  for (const auto& k : r.known_findings) {
+    std::string backends;
+    for (const auto& b : k.backends) backends += (backends.empty() ? "" : ", ") + b;
+    md += fmt::format("| {} | {} | {} | {} | {} | `{}` |\n", k.id, cell(backends),
+                      k.cases > 0 ? fmt::format("{}", k.cases) : "NOT REPRODUCED", k.backend_cases,
+                      cell(k.upstream), cell(k.replay));
+  }
+  md += "\n";
+}
+
 // One square matrix per op: rows and columns are the backends that shared at least one case.
 void markdown_divergence(const Report& r, std::string& md) {
   md += "## Divergence between backends (max ulps of the output format, shared cases)\n\n";
@@ -162,6 +180,16 @@ nlohmann::json to_json(const Report& r) {
   for (const auto& b : r.backends) backends.push_back(backend_json(b));
   nlohmann::json findings = nlohmann::json::array();
   for (const auto& f : r.findings) findings.push_back(finding_json(f));
+  nlohmann::json known = nlohmann::json::array();
+  for (const auto& k : r.known_findings)
+    known.push_back({{"id", k.id},
+                     {"summary", k.summary},
+                     {"upstream", k.upstream},
+                     {"replay", k.replay},
+                     {"backends", k.backends},
+                     {"cases", k.cases},
+                     {"backend_cases", k.backend_cases},
+                     {"reproduced", k.cases > 0}});
   nlohmann::json divergence = nlohmann::json::array();
   for (const auto& d : r.divergence)
     divergence.push_back({{"op", d.op},
@@ -180,6 +208,7 @@ nlohmann::json to_json(const Report& r) {
           {"ops", ops},
           {"backends", backends},
           {"findings", findings},
+          {"known_findings", known},
           {"divergence_ulps", divergence},
           {"unavailable", r.unavailable},
           {"errors", r.errors},
@@ -198,6 +227,7 @@ std::string to_markdown(const Report& r) {
   markdown_list("Errors", r.errors, md);
   markdown_backends(r, md);
   markdown_findings(r, md);
+  markdown_known_findings(r, md);
   markdown_divergence(r, md);
   markdown_list("Unavailable backends", r.unavailable, md);
   return md;

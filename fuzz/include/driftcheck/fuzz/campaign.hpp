@@ -21,6 +21,7 @@
 
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/fuzz/errors.hpp"
+#include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/progress.hpp"
 #include "driftcheck/fuzz/spec.hpp"
@@ -55,6 +56,9 @@ struct CampaignOptions {
   // skipped, so case k stays case k of the stream and replays alone.
   std::vector<DType> formats;
   const Registry* backends = nullptr;  // nullptr: the built-in registry()
+  // Upstream defects faithful twins reproduce (known_findings.hpp): failures they explain are reported apart
+  // and do not make the exit code 1. nullptr: the list built into the binary.
+  const KnownFindings* known_findings = nullptr;
   // Set from a signal handler (Ctrl-C): discovery ends after the cases in flight, shrinking is skipped, and
   // the report is written as usual; --resume continues the campaign later.
   const std::atomic<bool>* interrupt = nullptr;
@@ -90,6 +94,8 @@ CampaignResult run_campaign(const CampaignOptions& options);
 struct CheckResult {
   Support support;
   Evaluation evaluation;  // meaningful only when support.ok
+  // A failure that known findings explain (an upstream defect the twin reproduces): their ids.
+  std::vector<std::string> known_findings;
 };
 CheckResult check_case(const Backend& backend, Case pristine);
 

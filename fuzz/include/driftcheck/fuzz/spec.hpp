@@ -33,6 +33,17 @@ enum class KvLayout : std::uint8_t {
   kStacked,  // one [2, blocks, bs, Hkv, D] tensor, K and V = kv[0] and kv[1] (FLASH_ATTN, ROCM_AITER_FA)
 };
 
+// Special values a small share of cases carry (issue #8 item 7), so that propagation defects show: a NaN in
+// one row, head or sequence leaking into another, a masked row turning into NaN, an infinite value whose
+// weight underflows. The reference's semantics (fp64, docs/REFERENCE.md) decide what is right.
+enum class Special : std::uint8_t {
+  kNone,
+  kNanInput,    // one input element is NaN: rows x / e / a; attention one element of a live key
+  kInfInput,    // one input element is +-inf: rows x / e / a; attention one element of a live value (NaN in
+                // fp8 formats without infinities)
+  kMaskedRows,  // attention, causal: one sequence has more queries than keys, so its first rows see no key
+};
+
 struct CaseSpec {
   OpKind op = OpKind::kRmsNorm;
   OpParams params;
@@ -72,9 +83,11 @@ struct CaseSpec {
   // values
   Distribution distribution = Distribution::kNormal;
   std::uint64_t value_seed = 1;
+  Special special = Special::kNone;  // optional in JSON ("none")
 };
 
 Case materialize(const CaseSpec& spec);
+std::string_view special_name(Special s);
 
 void to_json(nlohmann::json& j, const CaseSpec& s);
 void from_json(const nlohmann::json& j, CaseSpec& s);  // throws InvalidArgument on a malformed spec

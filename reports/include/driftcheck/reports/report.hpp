@@ -46,6 +46,19 @@ struct BackendReport {
   std::map<std::string, DriftStats> drift;  // by storage format of the cases ("bf16", "bf16+fp8_e4m3fn")
 };
 
+// A known finding (golden/known-findings.toml, docs/FINDINGS.md) as a campaign met it: an upstream defect
+// that a faithful twin reproduces. Reported apart from findings and never counted in the exit code; one whose
+// backends ran cases but which explained none is listed as not reproduced.
+struct KnownFindingReport {
+  std::string id;
+  std::string summary;
+  std::string upstream;
+  std::string replay;
+  std::vector<std::string> backends;  // the selected backends it applies to
+  std::int64_t cases = 0;             // failing cases it explained
+  std::int64_t backend_cases = 0;     // cases those backends were judged on
+};
+
 struct OpReport {
   std::string op;
   std::int64_t cases = 0;
@@ -91,6 +104,7 @@ struct Report {
   std::vector<OpReport> ops;
   std::vector<BackendReport> backends;
   std::vector<FindingReport> findings;
+  std::vector<KnownFindingReport> known_findings;
   std::vector<DivergenceCell> divergence;
   std::vector<std::string> unavailable;  // "gpu.attn.unified: no GPU found"
   std::vector<std::string> errors;  // campaign-level failures: zero-case backends or ops, internal errors

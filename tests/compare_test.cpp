@@ -1,0 +1,48 @@
+// driftcheck compare: two backends on the same cases, bit for bit (compare.hpp).
+#include <gtest/gtest.h>
+
+#include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/fuzz/compare.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+CompareResult run(const std::string& a, const std::string& b, std::uint64_t cases) {
+  CompareOptions o;
+  o.a = a, o.b = b, o.cases = cases, o.seed = 3;
+  return compare_backends(o);
+}
+
+std::int64_t count(const CompareResult& r, Agreement a) {
+  return std::count_if(r.cases.begin(), r.cases.end(), [a](const auto& c) { return c.agreement == a; });
+}
+
+TEST(Compare, ABackendAgainstItselfIsIdenticalEverywhereItRuns) {
+  const auto r = run("cpu.dual.fused", "cpu.dual.fused", 20);
+  ASSERT_EQ(r.cases.size(), 20u);
+  EXPECT_GT(count(r, Agreement::kIdentical), 0);
+  EXPECT_EQ(count(r, Agreement::kIdentical) + count(r, Agreement::kUnsupported), 20);
+}
+
+TEST(Compare, ClassesSeparateAnExtraRoundingFromAStructuralBug) {
+  // One extra rounding before the weight: at most about an ulp from the one-rounding kernel.
+  const auto rounding = run("cpu.dual.fused", "mutant.dual.weight_rounded_early", 20);
+  EXPECT_GT(count(rounding, Agreement::kOneUlp), 0);
+  EXPECT_EQ(count(rounding, Agreement::kLarger), 0);
+  // Swapped halves: far apart.
+  const auto swapped = run("cpu.dual.fused", "mutant.dual.halves_swapped", 20);
+  EXPECT_GT(count(swapped, Agreement::kLarger), 0);
+  // NaN from poisoned page tails on one side only.
+  const auto tail = run("cpu.attn.triton_unified", "mutant.attn.masked_p_times_v", 40);
+  EXPECT_GT(count(tail, Agreement::kNonFinite), 0);
+  const std::string md = compare_markdown({"cpu.dual.fused", "mutant.dual.halves_swapped", {}, 3, 20}, swapped);
+  EXPECT_NE(md.find("over_4_ulps"), std::string::npos);
+}
+
+TEST(Compare, UnknownBackendsAndMismatchedOpsAreUsageErrors) {
+  EXPECT_THROW(run("cpu.nope", "cpu.dual.fused", 1), UsageError);
+  EXPECT_THROW(run("cpu.dual.fused", "cpu.attn.triton_unified", 1), UsageError);
+}
+
+}  // namespace
+}  // namespace driftcheck::fuzz

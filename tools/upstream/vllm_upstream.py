@@ -1,0 +1,215 @@
+"""vLLM's Triton kernels loaded from upstream source files at run time, with no vllm package: unified attention
+called as the TRITON_ATTN backend calls it, and the EAGLE3 fused_dual_rmsnorm_cat. driftcheck runs them as
+external backends (tools/upstream/vllm_upstream.toml, docs/UPSTREAM.md) and compares them with their twins.
+
+The files come from $DRIFTCHECK_UPSTREAM (default: <repository>/upstream/vllm), an ignored folder that is never
+committed. It holds a vLLM tree (or only these files of it) at the commit the twins are pinned to:
+  vllm/v1/attention/ops/triton_unified_attention.py
+  vllm/v1/attention/ops/triton_quant_kv/_helpers.py
+  the file under vllm/ that defines fused_dual_rmsnorm_cat
+Only those files run. The other vllm modules they import are replaced by the small stand-ins below (envs,
+logger, platforms, triton_utils, kv_cache_interface), so torch and triton are all the machine needs.
+
+    python3 vllm_upstream.py --op attention          # or --op dual_rmsnorm_cat
+"""
+
+import argparse
+import enum
+import importlib
+import logging
+import os
+import pathlib
+import sys
+import types
+
+import driftcheck as dc
+from driftcheck import paged
+
+HERE = pathlib.Path(__file__).resolve().parent
+UPSTREAM = pathlib.Path(os.environ.get("DRIFTCHECK_UPSTREAM", HERE.parent.parent / "upstream" / "vllm"))
+UNIFIED = "vllm.v1.attention.ops.triton_unified_attention"
+# TRITON_ATTN's builder: MIN_LAUNCH_GRID_SIZE_2D and the segment count of the 3D path.
+MIN_LAUNCH_GRID_SIZE_2D = 128
+NUM_PAR_SOFTMAX_SEGMENTS = 16
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--op", choices=["attention", "dual_rmsnorm_cat"], required=True)
+parser.add_argument("--device", default="cuda")
+args = parser.parse_args()
+
+
+class KVQuantMode(enum.IntEnum):
+    """vllm.v1.kv_cache_interface.KVQuantMode, values as triton_unified_attention.py's comments number them."""
+
+    NONE = 0
+    FP8_PER_TENSOR = 1
+    INT8_PER_TOKEN_HEAD = 2
+    FP8_PER_TOKEN_HEAD = 3
+    INT4_PER_TOKEN_HEAD = 4
+    INT2_PER_TOKEN_HEAD = 5
+
+
+def package(name, path):
+    """A package module whose submodules load from `path`, without running its __init__.py."""
+    m = types.ModuleType(name)
+    m.__path__ = [str(path)]
+    sys.modules[name] = m
+    return m
+
+
+def install_stand_ins(torch, triton):
+    """vllm (and the packages above the needed files) as bare packages over UPSTREAM, plus stand-ins for the
+    modules the kernel files import that would pull in the rest of vLLM."""
+    root = UPSTREAM / "vllm"
+    package("vllm", root)
+    for sub in ("v1", "v1.attention", "v1.attention.ops", "v1.attention.ops.triton_quant_kv",
+                "model_executor", "model_executor.layers", "model_executor.models"):
+        package(f"vllm.{sub}", root.joinpath(*sub.split(".")))
+    modules = {
+        "vllm.envs": {"VLLM_BATCH_INVARIANT": False},
+        "vllm.logger": {"init_logger": logging.getLogger},
+        "vllm.triton_utils": {"tl": importlib.import_module("triton.language"), "triton": triton},
+        "vllm.v1.kv_cache_interface": {"KVQuantMode": KVQuantMode},
+        "vllm.platforms": {"current_platform": Platform(torch)},
+    }
+    for name, attrs in modules.items():
+        m = types.ModuleType(name)
+        m.__dict__.update(attrs)
+        sys.modules[name] = m
+
+
+class Platform:
+    """current_platform: the fp8 type the backend stores fp8 caches as (e4m3fn on CUDA, fnuz on MI300)."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def is_cuda(self):
+        return self.torch.version.hip is None
+
+    def is_rocm(self):
+        return self.torch.version.hip is not None
+
+    def fp8_dtype(self):
+        if self.is_rocm() and "gfx94" in self.torch.cuda.get_device_properties(0).gcnArchName:
+            return self.torch.float8_e4m3fnuz
+        return self.torch.float8_e4m3fn
+
+
+def dual_module():
+    """The module under vllm/ that defines fused_dual_rmsnorm_cat (its file moved between releases)."""
+    for path in sorted((UPSTREAM / "vllm").rglob("*.py")):
+        if "def fused_dual_rmsnorm_cat" in path.read_text(errors="replace"):
+            rel = path.relative_to(UPSTREAM).with_suffix("")
+            for i in range(1, len(rel.parts) - 1):
+                name = ".".join(rel.parts[: i + 1])
+                if name not in sys.modules:
+                    package(name, UPSTREAM.joinpath(*rel.parts[: i + 1]))
+            return importlib.import_module(".".join(rel.parts))
+    raise ImportError(f"no file under {UPSTREAM / 'vllm'} defines fused_dual_rmsnorm_cat")
+
+
+kernel_fn = None
+try:
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        raise ImportError("no CUDA/HIP device")
+    install_stand_ins(torch, triton)
+    if args.op == "attention":
+        kernel_fn = importlib.import_module(UNIFIED).unified_attention
+    else:
+        kernel_fn = dual_module().fused_dual_rmsnorm_cat
+    torch.set_float32_matmul_precision("highest")  # the glue lse in IEEE fp32, never TF32
+except (ImportError, OSError) as e:
+    dc.unavailable(f"upstream vLLM files not usable from {UPSTREAM} ({e}); docs/UPSTREAM.md says what to put there")
+
+
+def capture_sizes():
+    """vLLM's default CUDA-graph capture sizes (the list cpu.attn.triton_unified snaps to)."""
+    return [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
+
+
+def seq_threshold_3d(num_kv_heads):
+    """TRITON_ATTN: MIN_LAUNCH_GRID_SIZE_2D // Hkv, snapped to the closest capture size (decode CUDA graphs on)."""
+    t = MIN_LAUNCH_GRID_SIZE_2D // num_kv_heads
+    return min(capture_sizes(), key=lambda x: abs(x - t))
+
+
+def attention(case):
+    """TritonAttentionImpl.forward's call: causal, window (W - 1, 0), per-tensor fp8 scales expanded to
+    (num_seqs, Hkv), the 3D segment buffers the builder preallocates, FP8_PER_TENSOR for fp8 caches."""
+    p = case.params
+    seq_lens, qsl = case.host("seq_lens"), case.host("query_start_loc")
+    num_seqs = len(seq_lens)
+    fp8 = dc.dtypes.is_fp8(case.dtype("k_cache"))
+    dev = case.q.device
+    scales = [torch.tensor([s], dtype=torch.float32, device=dev).expand(num_seqs, p.num_kv_heads)
+              for s in (p.k_scale, p.v_scale)]
+    threshold = seq_threshold_3d(p.num_kv_heads)
+    rows = max(threshold, int(qsl[-1]))
+    padded = triton.next_power_of_2(p.head_dim)
+    segm = [torch.empty((rows, p.num_q_heads, NUM_PAR_SOFTMAX_SEGMENTS) + extra, dtype=torch.float32, device=dev)
+            for extra in ((padded,), (), ())]
+    kernel_fn(q=case.q, k=case.k_cache, v=case.v_cache, out=case.o, cu_seqlens_q=case.query_start_loc,
+              max_seqlen_q=int((qsl[1:] - qsl[:-1]).max()), seqused_k=case.seq_lens,
+              max_seqlen_k=int(seq_lens.max()), softmax_scale=p.scale, causal=True,
+              window_size=(p.window - 1, 0) if p.window else (-1, -1), block_table=case.block_table,
+              softcap=p.softcap, q_descale=None, k_descale=scales[0], v_descale=scales[1],
+              seq_threshold_3D=threshold, num_par_softmax_segments=NUM_PAR_SOFTMAX_SEGMENTS,
+              softmax_segm_output=segm[0], softmax_segm_max=segm[1], softmax_segm_expsum=segm[2],
+              sinks=case.get("sinks"), kv_quant_mode=KVQuantMode.FP8_PER_TENSOR if fp8 else KVQuantMode.NONE)
+    write_lse(case)
+
+
+def write_lse(case):
+    """The kernel writes no lse: the runner's own fp32 logsumexp (glue; compare `o` only, --outputs o)."""
+    p = case.params
+    group = p.num_q_heads // p.num_kv_heads
+    for seq in paged.sequences(case):
+        k = paged.gather(case.k_cache, seq, p.block_size)
+        if dc.dtypes.is_fp8(case.dtype("k_cache")):
+            k = (dc.dtypes.to_float(k, case.dtype("k_cache")) * p.k_scale).to(case.q.dtype)
+        case.lse[seq.q_start : seq.q_end].copy_(paged.lse_fp32(
+            case.q[seq.q_start : seq.q_end], k.repeat_interleave(group, dim=1), p.scale,
+            paged.visible(seq, p.causal, p.window), p.softcap, case.get("sinks")))
+
+
+def attention_supports(case):
+    """What the TRITON_ATTN backend and unified_attention reject, in their words."""
+    p = case.params
+    kv = case.dtype("k_cache")
+    if not p.causal:
+        return "unified_attention asserts causal (\"Only causal attention is supported\")"
+    if p.head_dim < 32:
+        return f"head_dim {p.head_dim}: TritonAttentionBackend.supports_head_size needs >= 32"
+    if p.block_size % 16:
+        return f"block_size {p.block_size}: TRITON_ATTN needs a multiple of 16"
+    if kv == "fp8_e4m3fnuz" and torch.version.hip is None:
+        return "fp8 e4m3fnuz is ROCm MI300's format: on CUDA fp8 caches are e4m3fn or e5m2"
+    if not dc.dtypes.is_fp8(kv) and (p.k_scale != 1 or p.v_scale != 1):
+        return f"{kv} cache with k_scale {p.k_scale}, v_scale {p.v_scale}: the kernel scales fp8 caches only"
+    return None
+
+
+def dual_rmsnorm_cat(case):
+    case.out.copy_(kernel_fn(case.e, case.h, case.w_e, case.w_h, case.params.eps))
+
+
+def dual_supports(case):
+    """fused_dual_rmsnorm_cat raises on non-contiguous inputs and has no (1 + w) mode."""
+    if case.params.weight_mode != "plain":
+        return "fused_dual_rmsnorm_cat has no Gemma (1 + w) mode"
+    if not (case.e.is_contiguous() and case.h.is_contiguous()):
+        return "fused_dual_rmsnorm_cat raises \"inputs must be contiguous\""
+    return None
+
+
+if args.op == "attention":
+    dc.attention(attention, tensors="torch", device=args.device, supports=attention_supports)
+else:
+    dc.dual_rmsnorm_cat(dual_rmsnorm_cat, tensors="torch", device=args.device, supports=dual_supports)
+
+if __name__ == "__main__":
+    dc.serve()
