@@ -35,7 +35,8 @@ TEST(Compare, ClassesSeparateAnExtraRoundingFromAStructuralBug) {
   // NaN from poisoned page tails on one side only.
   const auto tail = run("cpu.attn.triton_unified", "mutant.attn.masked_p_times_v", 40);
   EXPECT_GT(count(tail, Agreement::kNonFinite), 0);
-  const std::string md = compare_markdown({"cpu.dual.fused", "mutant.dual.halves_swapped", {}, 3, 20}, swapped);
+  const std::string md =
+      compare_markdown({"cpu.dual.fused", "mutant.dual.halves_swapped", {}, 3, 20}, swapped);
   EXPECT_NE(md.find("over_4_ulps"), std::string::npos);
 }
 

@@ -25,7 +25,8 @@ std::unique_ptr<Backend> make_cpu_attn_aiter_fa() {
   i.name = "cpu.attn.aiter_fa";
   i.description = "aiter CK flash attention (ROCM_AITER_FA): exp2, LSE merge of 256-token decode partitions";
   i.provenance =
-      "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 vllm/v1/attention/backends/rocm_aiter_fa.py; "
+      "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 "
+      "vllm/v1/attention/backends/rocm_aiter_fa.py; "
       "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879 csrc/cpp_itfs/pa/pa_v1.py, pa_kernels.cuh "
       "(decode model not yet corrected: see docs/BACKENDS.md fidelity table)";
   i.numerics.p_rounded = true;

@@ -29,9 +29,10 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   i.name = "cpu.attn.rocm_custom";
   i.description =
       "vLLM ROCM_ATTN custom paged attention (csrc/rocm/attention.cu): 256-token partitions, bf16 partials";
-  i.provenance = "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 csrc/rocm/attention.cu "
-                 "(paged_attention_ll4mi_QKV, paged_attention_ll4mi_reduce), "
-                 "vllm/v1/attention/backends/rocm_attn.py";
+  i.provenance =
+      "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 csrc/rocm/attention.cu "
+      "(paged_attention_ll4mi_QKV, paged_attention_ll4mi_reduce), "
+      "vllm/v1/attention/backends/rocm_attn.py";
   i.numerics.p_rounded = true;
   i.numerics.partials_rounded = true;
   i.supports_summary =

@@ -48,7 +48,8 @@ TwinInfo triton_unified_info() {
   TwinInfo i;
   i.name = "cpu.attn.triton_unified";
   i.description =
-      "vLLM TRITON_ATTN kernel_unified_attention 2D/3D: BLOCK_M query blocks, tl.exp, tiles 32/16, P rounded, "
+      "vLLM TRITON_ATTN kernel_unified_attention 2D/3D: BLOCK_M query blocks, tl.exp, tiles 32/16, P "
+      "rounded, "
       "split-KV for small decode batches, softcap from exponentials";
   i.provenance =
       "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 "

@@ -27,7 +27,8 @@ TwinInfo dual_fused_info() {
   i.description =
       "vLLM eagle3_aux_rmsnorm fused_dual_rmsnorm_cat: fp32 math, fp32 weight, one rounding, [N, 2H]";
   i.provenance =
-      "vllm-project/vllm fused_dual_rmsnorm_cat / _fused_dual_rmsnorm_cat_kernel (EAGLE3 aux rmsnorm, Triton); "
+      "vllm-project/vllm fused_dual_rmsnorm_cat / _fused_dual_rmsnorm_cat_kernel (EAGLE3 aux rmsnorm, "
+      "Triton); "
       "read through the code index, which names no commit for it";
   i.numerics.output_roundings = 1;
   i.numerics.reduction = {128, 1, 32};
@@ -54,8 +55,9 @@ std::unique_ptr<Backend> make_cpu_dual_unfused() {
   i.name = "cpu.dual.unfused";
   i.description =
       "rms_norm (vLLM csrc kernel) on e and h, then torch.cat: two roundings per element, exact copy";
-  i.provenance = "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 csrc/layernorm_kernels.cu "
-                 "(rms_norm per half), torch.cat";
+  i.provenance =
+      "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 csrc/layernorm_kernels.cu "
+      "(rms_norm per half), torch.cat";
   i.numerics.output_roundings = 2;
   i.numerics.reduction = csrc_reduction();
   i.numerics.batch_invariant = false;  // the csrc block size follows the token count (vllm#48271)

@@ -37,15 +37,17 @@ TwinInfo rmsnorm_native_info() {
   i.description =
       "vLLM RMSNorm.forward_native: fp32 variance, act(x*s) then *w in act dtype; residual added in fp32 "
       "(Gemma (1 + w): residual added in act, whole row fp32, one rounding)";
-  i.provenance = std::string(kVllmCommit) +
-                 " vllm/model_executor/layers/layernorm.py (RMSNorm.forward_native, GemmaRMSNorm.forward_static)";
+  i.provenance =
+      std::string(kVllmCommit) +
+      " vllm/model_executor/layers/layernorm.py (RMSNorm.forward_native, GemmaRMSNorm.forward_static)";
   i.numerics = two_roundings();  // one in the Gemma (1 + w) path: 2 is the bound over both modes
   i.supports_summary = std::string(kRmsNormSupports) + "; with or without residual; plain or (1 + w) weight";
   return i;
 }
 
-// csrc rms_norm: vector width gcd(16 bytes / element, H), min(H / vec, 1024) threads (256 from 256 tokens on),
-// chunk c to thread c % threads, per-thread fp32 partials, cub block reduce; rows addressed through their stride
+// csrc rms_norm: vector width gcd(16 bytes / element, H), min(H / vec, 1024) threads (256 from 256 tokens
+// on), chunk c to thread c % threads, per-thread fp32 partials, cub block reduce; rows addressed through
+// their stride
 // (#28103); output contiguous; no (1 + w) mode; the output loop's vector accesses fault on misaligned rows.
 NormKernel rmsnorm_cuda_kernel() {
   NormKernel k;
@@ -60,8 +62,8 @@ NormKernel rmsnorm_cuda_kernel() {
   return k;
 }
 
-// The release window between vllm PR #40860 (one cast: act(x * s * w) with w in fp32) and PR #42379 (two casts
-// again, vllm#42325).
+// The release window between vllm PR #40860 (one cast: act(x * s * w) with w in fp32) and PR #42379 (two
+// casts again, vllm#42325).
 NormKernel rmsnorm_cuda_onecast_kernel() {
   NormKernel k = rmsnorm_cuda_kernel();
   k.rounding = NormRounding::kFp32Weight;
@@ -77,7 +79,8 @@ TwinInfo rmsnorm_cuda_info() {
   TwinInfo i;
   i.name = "cpu.rmsnorm.cuda";
   i.description =
-      "vLLM csrc/layernorm_kernels.cu rms_norm: fp32 cub block reduce (min(H/vec, 1024) threads, 256 from 256 "
+      "vLLM csrc/layernorm_kernels.cu rms_norm: fp32 cub block reduce (min(H/vec, 1024) threads, 256 from "
+      "256 "
       "tokens), act(act(x*s)*w), strided input rows, contiguous output";
   i.provenance = std::string(kVllmCommit) +
                  " csrc/layernorm_kernels.cu (rms_norm_kernel, rms_norm), csrc/quantization/"
@@ -85,8 +88,8 @@ TwinInfo rmsnorm_cuda_info() {
   i.numerics = two_roundings();
   i.numerics.reduction = csrc_reduction();
   i.numerics.batch_invariant = false;  // the block size follows the token count (vllm#48271)
-  i.supports_summary =
-      std::string(kRmsNormSupports) + " of x; contiguous y; no residual; plain weight only; misaligned rows fault";
+  i.supports_summary = std::string(kRmsNormSupports) +
+                       " of x; contiguous y; no residual; plain weight only; misaligned rows fault";
   return i;
 }
 
@@ -124,13 +127,15 @@ TwinInfo rmsnorm_fused_add_info() {
   TwinInfo i;
   i.name = "cpu.rmsnorm.fused_add";
   i.description = "vLLM csrc fused_add_rms_norm (in place): z = act(x+r), residual <- z, act(act(z*s)*w)";
-  i.provenance = std::string(kVllmCommit) + " csrc/layernorm_kernels.cu (fused_add_rms_norm_kernel, "
-                                            "fused_add_rms_norm), csrc/type_convert.cuh (_f16Vec)";
+  i.provenance = std::string(kVllmCommit) +
+                 " csrc/layernorm_kernels.cu (fused_add_rms_norm_kernel, "
+                 "fused_add_rms_norm), csrc/type_convert.cuh (_f16Vec)";
   i.numerics.batch_invariant = false;  // the block size follows the token count (vllm#48271)
   // z, z * s and the weight product are each rounded on the way to y.
   i.numerics.output_roundings = 3;
   i.numerics.reduction = csrc_reduction();
-  i.supports_summary = std::string(kRmsNormSupports) + " of x; contiguous residual; residual required; plain weight only";
+  i.supports_summary =
+      std::string(kRmsNormSupports) + " of x; contiguous residual; residual required; plain weight only";
   return i;
 }
 

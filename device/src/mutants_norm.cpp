@@ -40,11 +40,12 @@ std::unique_ptr<Backend> make_mutant_rmsnorm_act_accumulation() {
 
 std::unique_ptr<Backend> make_mutant_rmsnorm_batch_variant_block() {
   return make_rmsnorm_backend(
-      mutant_info(rmsnorm_native_info(), "mutant.rmsnorm.batch_variant_block",
-                  "forward_native whose reduction becomes a 256-thread block reduce for batches of 2+ tokens",
-                  "vllm#48271 reduction block size depended on the token count: not batch invariant (the csrc "
-                  "kernels still do it from 256 tokens on and declare it; this mutant breaks a twin that "
-                  "declares batch invariance)"),
+      mutant_info(
+          rmsnorm_native_info(), "mutant.rmsnorm.batch_variant_block",
+          "forward_native whose reduction becomes a 256-thread block reduce for batches of 2+ tokens",
+          "vllm#48271 reduction block size depended on the token count: not batch invariant (the csrc "
+          "kernels still do it from 256 tokens on and declare it; this mutant breaks a twin that "
+          "declares batch invariance)"),
       rmsnorm_native_kernel(), NormBug::kBatchVariantBlock);
 }
 

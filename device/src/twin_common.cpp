@@ -122,8 +122,8 @@ float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DTyp
         shuffle_tree(partial.data() + w0, std::min(warp, threads - w0), warp, order.cub, accumulate));
   if (!order.cub) {
     const int n_warps = static_cast<int>(totals.size());
-    return shuffle_tree(totals.data(), n_warps, static_cast<int>(std::bit_ceil(static_cast<unsigned>(n_warps))),
-                        false, accumulate);
+    return shuffle_tree(totals.data(), n_warps,
+                        static_cast<int>(std::bit_ceil(static_cast<unsigned>(n_warps))), false, accumulate);
   }
   float total = 0.0f;
   for (float t : totals) total = accumulate_in(accumulate, total + t);

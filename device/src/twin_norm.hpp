@@ -50,7 +50,7 @@ struct NormKernel {
   ResidualPath residual = ResidualPath::kNone;
   ResidualPath one_plus_residual = ResidualPath::kNone;  // GemmaRMSNorm: the add happens in the act dtype
   bool residual_required = false;                        // fused_add_rms_norm has no plain mode
-  bool output_contiguous = false;    // rms_norm: TORCH_CHECK(out.is_contiguous())
+  bool output_contiguous = false;                        // rms_norm: TORCH_CHECK(out.is_contiguous())
   bool residual_contiguous = false;  // fused_add_rms_norm: TORCH_CHECK(residual.is_contiguous())
   bool inputs_contiguous = false;    // fused_dual_rmsnorm_cat: "inputs must be contiguous"
   // rms_norm's output loop reads input rows and the weight, and writes output rows, as vec-element vectors

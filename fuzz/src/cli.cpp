@@ -78,10 +78,11 @@ int list_command(std::ostream& out) {
     // Availability first: an external backend's origin names its worker, known after the handshake.
     const std::string available = availability(*b, bad);
     const std::string supports = b->supports_summary(), origin = b->origin();
-    out << fmt::format("  {}  [{} {}] {}\n      {}\n      upstream: {}\n      numerics: {}\n      supports: {}\n",
-                       b->name(), backend_kind_name(b->kind()), op_name(b->op()), available, b->description(),
-                       b->provenance().empty() ? "(none named)" : b->provenance(), numerics_summary(*b),
-                       supports.empty() ? "(not summarised)" : supports);
+    out << fmt::format(
+        "  {}  [{} {}] {}\n      {}\n      upstream: {}\n      numerics: {}\n      supports: {}\n", b->name(),
+        backend_kind_name(b->kind()), op_name(b->op()), available, b->description(),
+        b->provenance().empty() ? "(none named)" : b->provenance(), numerics_summary(*b),
+        supports.empty() ? "(not summarised)" : supports);
     if (!origin.empty()) out << fmt::format("      from: {}\n", origin);
   }
   out << "\nmutants (driftcheck fuzz --mutants):\n";
