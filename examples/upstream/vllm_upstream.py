@@ -1,6 +1,6 @@
 """vLLM's Triton kernels loaded from upstream source files at run time, with no vllm package: unified attention
 called as the TRITON_ATTN backend calls it, and the EAGLE3 fused_dual_rmsnorm_cat. driftcheck runs them as
-external backends (tools/upstream/vllm_upstream.toml, docs/UPSTREAM.md) and compares them with their twins.
+external backends (examples/upstream/vllm_upstream.toml, docs/UPSTREAM.md) and compares them with their twins.
 
 The files come from $DRIFTCHECK_UPSTREAM (default: <repository>/upstream/vllm), an ignored folder that is never
 committed. It holds a vLLM tree (or only these files of it) at the commit the twins are pinned to:
