@@ -123,7 +123,14 @@ int main(int argc, char** argv) {
   while (auto f = server.next()) {
     if (f->type == MessageType::kShutdown) return 0;
     const bool chosen = message_name(f->type) == o.on && ++seen % o.every == 0;
-    nlohmann::json reply = correct_reply(server, *b, *f, chosen && o.fault == "guard");
+    nlohmann::json reply;
+    try {
+      reply = correct_reply(server, *b, *f, chosen && o.fault == "guard");
+    } catch (
+        const std::exception& e) {  // a kernel error (a twin's modelled CUDA fault), as serve.cpp answers it
+      server.reply(MessageType::kError, f->seq, error_json(e.what(), false));
+      continue;
+    }
     if (chosen && !misbehave(server, *f, o.fault, reply)) continue;
     server.reply(reply_type(f->type), f->seq, reply);
   }

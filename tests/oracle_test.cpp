@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "case_builders.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 
@@ -138,6 +139,54 @@ TEST(Oracle, InfinityWhereTheReferenceIsFinite) {
     c.tensor("y").set({3, 0}, INFINITY);
   });
   EXPECT_EQ(ev.verdict, Verdict::kInfMismatch) << ev.detail;
+}
+
+// One bf16 decode row over 20 keys: key 0's logit is `top`, every other key's 0, and key 5's value is +inf in
+// column 0, so the exact o[0, 0, 0] is +inf with weight about e^-top.
+Case infinite_value_case(double top) {
+  builders::AttentionSpec s;
+  s.params.num_q_heads = 1;
+  s.params.num_kv_heads = 1;
+  s.params.head_dim = 32;
+  s.params.block_size = 16;
+  s.params.scale = 1.0;
+  s.q_dtype = s.kv_dtype = DType::kBF16;
+  s.query_lens = {1};
+  s.seq_lens = {20};
+  Case c = builders::attention_case(s, 4);
+  c.tensor("q").copy_from(std::vector<double>(32, 1.0));
+  const auto slot = [&](std::int64_t t) -> std::pair<std::int64_t, std::int64_t> {
+    return {static_cast<std::int64_t>(c.tensor("block_table").at({0, t / 16})), t % 16};
+  };
+  for (std::int64_t t = 0; t < 20; ++t)
+    for (std::int64_t d = 0; d < 32; ++d)
+      c.tensor("k_cache").set({slot(t).first, slot(t).second, 0, d}, t == 0 ? top / 32 : 0.0);
+  c.tensor("v_cache").set({slot(5).first, slot(5).second, 0, 0}, INFINITY);
+  return c;
+}
+
+// fp64 0 * inf is NaN but the exact o is the infinity; a kernel's fp32 P underflows far earlier (below
+// 2^-126 with FTZ), where its 0 * inf = NaN is conforming (docs/ORACLE.md section 2 step 4). Where the weight
+// is representable, NaN stays a nan_mismatch.
+TEST(Oracle, NanForAnInfinityIsConformingOnlyWhereItsWeightUnderflows) {
+  const auto nan_for_inf = [](Case& c) {
+    write_reference(c);
+    c.tensor("o").set({0, 0, 0}, std::nan(""));
+  };
+  const PreparedCase under = prepare(infinite_value_case(200));  // weight e^-200 < 2^-126 = e^-87.3
+  ASSERT_TRUE(std::isinf(under.reference.at("o").at({0, 0, 0})));
+  const Evaluation accepted = evaluate(FnBackend(OpKind::kAttention, nan_for_inf), under);
+  EXPECT_EQ(accepted.verdict, Verdict::kPass) << accepted.detail;
+  // The faithful fp32 twin gives exactly that NaN.
+  const Evaluation twin = evaluate(*registry().find("cpu.attn.triton_unified"), under, EvalOptions{false});
+  EXPECT_TRUE(std::isnan(twin.outputs.at("o").at({0, 0, 0})));
+  EXPECT_EQ(twin.verdict, Verdict::kPass) << twin.detail;
+
+  const PreparedCase representable = prepare(infinite_value_case(60));  // e^-60 > 2^-126
+  const Evaluation rejected = evaluate(FnBackend(OpKind::kAttention, nan_for_inf), representable);
+  EXPECT_EQ(rejected.verdict, Verdict::kNanMismatch) << rejected.detail;
+  EXPECT_NE(rejected.detail.find("o[0, 0, 0]: nan where the reference is inf"), std::string::npos)
+      << rejected.detail;
 }
 
 TEST(Oracle, UnwrittenOutputKeepsPoisonAndFails) {

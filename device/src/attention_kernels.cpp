@@ -539,8 +539,11 @@ void AttentionTwin::unified_tile(const Batch& b, const Plan& pl, const Row& r, c
     if (t >= end || t < tb.window_v_from) continue;  // V loaded as 0, or zeroed outside the window
     const float pv = k_.p_rounded ? round_act(b.act, p) : p;
     if (pv == 0.0f && !r.panel->v_nonfinite[static_cast<std::size_t>(t)]) continue;
-    // The masked-P-times-V mutant always multiplies (its bug), even with the twin's defect repaired.
-    if (pv == 0.0f && !k_.masked_p_times_v && bug_ != AttnBug::kMaskedPTimesV) continue;
+    // Repaired, a key the row must not see stays out of P.V; a visible key whose P underflowed is still
+    // multiplied (0 * inf = NaN is fp32 softmax, not this defect). The masked-P-times-V mutant always
+    // multiplies (its bug), even with the twin's defect repaired.
+    const bool masked = t < r.lo || t > r.hi;
+    if (masked && !k_.masked_p_times_v && bug_ != AttnBug::kMaskedPTimesV) continue;
     const float* vt = r.panel->v.data() + t * b.d;
     for (std::int64_t i = 0; i < b.d; ++i) st.acc[static_cast<std::size_t>(i)] += pv * vt[i];
   }

@@ -376,6 +376,21 @@ struct SoftmaxRow {
   double magnitude(double e) const { return mw == 0 ? 0.0 : std::min(std::exp(2 * e) * mw, vmax); }
 };
 
+// An infinite reference o_d = sum_t p_t v_td comes from the keys whose v_td is that infinity. A kernel
+// multiplies each by its own P (fp32, or rounded to the activation dtype), formed from logits off by at most
+// e (both the key's and the max: a factor within exp(+-2e)), possibly already normalised (kernels that divide
+// before P.V: the ROCm custom and aiter pa kernels) and possibly through rescales that only make it smaller
+// (each factor <= 1). The smallest weight any of these schedules may give the strongest such key is its
+// normalised weight p_t / z moved down by exp(2e) and a few roundings of exp and the rescales (16 u32).
+double inf_log_weight(const std::vector<double>& weight, double z, const std::vector<double>& v,
+                      std::int64_t lo, std::size_t dim, std::size_t d, double inf, double e) {
+  double strongest = 0;
+  for (std::size_t j = 0; j < weight.size(); ++j)
+    if (v[(static_cast<std::size_t>(lo) + j) * dim + d] == inf)
+      strongest = std::max(strongest, weight[j] / z);
+  return std::log(strongest) - 2 * e - 16 * kU32;
+}
+
 // docs/ORACLE.md, "Attention": per query row, n visible keys, G = max_t |scale k_scale| sum_d |q_d k_td|,
 // S = max |logit|, M_d = sum_t p_t |v_td| v_scale (the softmax-weighted magnitude, >= |o_d|).
 ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& naive) {
@@ -390,6 +405,7 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
   for (auto* v : {&o.base, &o.p_rounding, &o.kv_dequant_rounding, &o.partials_rounding, &o.baseline,
                   &o.typical_p, &o.typical_kv, &o.variance_p, &o.variance_kv})
     v->assign(n_o, 0);
+  o.inf_log_weight.assign(n_o, -std::numeric_limits<double>::infinity());
   const std::size_t n_l = n_o / std::max<std::size_t>(dim, 1);
   for (auto* v : {&lse.base, &lse.p_rounding, &lse.kv_dequant_rounding, &lse.baseline}) v->assign(n_l, 0);
   const auto ref_o = ref.at("o").to_f64(), ref_l = ref.at("lse").to_f64();
@@ -439,6 +455,8 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
             p2 += pt * pt;
           }
           const std::size_t i = row * dim + d;
+          if (std::isinf(ref_o[i]))
+            o.inf_log_weight[i] = inf_log_weight(logit, z, v, lo, dim, d, ref_o[i], ds + dk);
           const SoftmaxRow sr{mw, vmax, v_hi - v_lo};
           // The relative terms (exp, rescales, sums; P, partials rounded) scale the weights the logit error
           // left, whose weighted magnitude is m1 (m2 with the fp8 rounding's logit error on top).

@@ -233,7 +233,11 @@ CheckResultSet Checker::run() {
   opts.backends = &registry();
   Selection sel;
   sel.ops = {decl_.op}, sel.backends = {&described_};
-  reports::Report r = build_report({opts, sel, stats_, cases_, elapsed(), findings_, internal_errors_});
+  // No known findings: explaining a failure re-runs the backend with its defects repaired, and outputs read
+  // from files cannot be re-run.
+  const KnownFindings no_known;
+  reports::Report r =
+      build_report({opts, sel, stats_, cases_, elapsed(), findings_, internal_errors_, no_known});
   r.errors.insert(r.errors.end(), input_errors_.begin(), input_errors_.end());
   // Bad input outranks findings (the run is incomplete), an internal error outranks both.
   r.exit_code = !internal_errors_.empty() ? kExitInternal : !input_errors_.empty() ? kExitUsage : r.exit_code;

@@ -48,8 +48,8 @@ std::unique_ptr<Backend> repaired_backend(const KnownFindings& known, const Back
 
 // Which known findings explain a failed evaluation of `backend` on `prepared`: the backend with all
 // applicable defects repaired must pass (else the failure is unexplained and the result is empty); then each
-// finding whose defect alone, left in, still fails the case is named (all of them when only their
-// combination fails).
+// finding whose defect alone, left in, still fails the case is named; when none does, those whose repair
+// alone makes it pass; all of them when neither singles any out.
 std::vector<const KnownFinding*> explain_failure(const KnownFindings& known, const Backend& backend,
                                                  const PreparedCase& prepared, const EvalOptions& opts = {});
 

@@ -80,6 +80,10 @@ struct ErrorModel {
   std::vector<double>
       partials_rounding;         // attention: split-KV partial outputs stored in the activation dtype
   std::vector<double> baseline;  // attention: the naive baseline's error scale (FlashAttention's rule)
+  // attention, where the reference element of o is +-inf: the natural log of the smallest weight a kernel may
+  // give the strongest key carrying that infinity (its normalised weight moved by the logit error bound);
+  // -inf elsewhere. Below the P format's underflow threshold the kernel's 0 * inf = NaN is conforming.
+  std::vector<double> inf_log_weight;
 
   // The statistical tier's view of the same output (docs/ORACLE.md section 9); empty where it adds nothing to
   // the worst-case tier.
