@@ -124,10 +124,10 @@ int main(int argc, char** argv) {
     if (f->type == MessageType::kShutdown) return 0;
     const bool chosen = message_name(f->type) == o.on && ++seen % o.every == 0;
     nlohmann::json reply;
+    // A kernel error (a twin's modelled CUDA fault) is an error reply, as serve.cpp answers it.
     try {
       reply = correct_reply(server, *b, *f, chosen && o.fault == "guard");
-    } catch (
-        const std::exception& e) {  // a kernel error (a twin's modelled CUDA fault), as serve.cpp answers it
+    } catch (const std::exception& e) {
       server.reply(MessageType::kError, f->seq, error_json(e.what(), false));
       continue;
     }

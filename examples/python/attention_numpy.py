@@ -52,9 +52,10 @@ def attention(case):
         m_safe = np.where(np.isfinite(m), m, f32(0))  # a row that sees nothing: every term is exp(-inf) = 0
         e = np.exp(s - m_safe[..., None])
         denom = e.sum(axis=2, dtype=f32) + (np.exp(sinks - m_safe) if sinks is not None else f32(0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            o = np.where(denom[..., None] > 0, np.matmul(e, v.transpose(1, 0, 2)) / denom[..., None], f32(0))
-            lse = np.where(denom > 0, m_safe + np.log(denom), m)
+        # Only an empty row (denominator exactly 0) writes 0; a NaN key or value propagates as NaN.
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            o = np.where(denom[..., None] == 0, f32(0), np.matmul(e, v.transpose(1, 0, 2)) / denom[..., None])
+            lse = np.where(denom == 0, m, m_safe + np.log(denom))
         o_all[seq.q_start : seq.q_end] = o.transpose(1, 0, 2)
         lse_all[seq.q_start : seq.q_end] = lse.T
     case.store("o", o_all)
