@@ -96,6 +96,22 @@ struct AttentionSpec {
   double q_stddev = 1.0;
 };
 
+// One query head, one KV head, head size 32, block size 16, scale 1, q and KV in `t`: the hand-built cases of
+// the tests that follow one row's softmax.
+inline AttentionSpec one_head(DType t, std::int64_t query_len, std::int64_t seq_len) {
+  AttentionSpec s;
+  s.params.num_q_heads = 1;
+  s.params.num_kv_heads = 1;
+  s.params.head_dim = 32;
+  s.params.block_size = 16;
+  s.params.scale = 1.0;
+  s.q_dtype = t;
+  s.kv_dtype = t;
+  s.query_lens = {query_len};
+  s.seq_lens = {seq_len};
+  return s;
+}
+
 // One line for RapidCheck's counterexample output.
 inline std::ostream& operator<<(std::ostream& os, const AttentionSpec& s) {
   const AttentionParams& p = s.params;

@@ -109,20 +109,7 @@ TEST(KnownFindings, AMutantsOwnBugIsNotExplained) {
   ASSERT_EQ(explain_failure(builtin_known_findings(), twin, ps).size(), 1u);
 }
 
-// One query head, one KV head, head size 32, block size 16, scale 1.
-builders::AttentionSpec one_head(DType t, std::int64_t query_len, std::int64_t seq_len) {
-  builders::AttentionSpec s;
-  s.params.num_q_heads = 1;
-  s.params.num_kv_heads = 1;
-  s.params.head_dim = 32;
-  s.params.block_size = 16;
-  s.params.scale = 1.0;
-  s.q_dtype = t;
-  s.kv_dtype = t;
-  s.query_lens = {query_len};
-  s.seq_lens = {seq_len};
-  return s;
-}
+using builders::one_head;
 
 // TRITON_ATTN BLOCK_M grouping: 16 queries of one sequence share a tile range. With a window of 1 each row
 // sees its own key only; the last row's first tile holds no key for it, so its M jumps to 0 and L to 0, and

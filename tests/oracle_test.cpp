@@ -144,16 +144,7 @@ TEST(Oracle, InfinityWhereTheReferenceIsFinite) {
 // One bf16 decode row over 20 keys: key 0's logit is `top`, every other key's 0, and key 5's value is +inf in
 // column 0, so the exact o[0, 0, 0] is +inf with weight about e^-top.
 Case infinite_value_case(double top) {
-  builders::AttentionSpec s;
-  s.params.num_q_heads = 1;
-  s.params.num_kv_heads = 1;
-  s.params.head_dim = 32;
-  s.params.block_size = 16;
-  s.params.scale = 1.0;
-  s.q_dtype = s.kv_dtype = DType::kBF16;
-  s.query_lens = {1};
-  s.seq_lens = {20};
-  Case c = builders::attention_case(s, 4);
+  Case c = builders::attention_case(builders::one_head(DType::kBF16, 1, 20), 4);
   c.tensor("q").copy_from(std::vector<double>(32, 1.0));
   const auto slot = [&](std::int64_t t) -> std::pair<std::int64_t, std::int64_t> {
     return {static_cast<std::int64_t>(c.tensor("block_table").at({0, t / 16})), t % 16};

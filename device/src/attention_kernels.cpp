@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "twin_attention.hpp"
 
@@ -151,6 +152,9 @@ class AttentionTwin final : public TwinBackend {
                   std::vector<float>& out, std::int64_t rows) const;
   Row make_row(const Batch& b, const float* q, const Panel& panel, std::int64_t s, std::int64_t j) const;
   float logit(const Batch& b, const Plan& pl, const Row& r, std::int64_t t) const;
+  std::pair<float, float> tile_max(const Batch& b, const Plan& pl, const Row& r, std::int64_t t0,
+                                   std::int64_t t1, std::int64_t first, std::int64_t last, State& st,
+                                   std::vector<float>& scores) const;
   void run_tiles(const Batch& b, const Plan& pl, const Row& r, std::int64_t tile, std::int64_t begin,
                  std::int64_t end, State& st, std::vector<float>& scores) const;
   TileBounds block_tiles(const Batch& b, const Plan& pl, const Row& r) const;
@@ -452,6 +456,24 @@ float AttentionTwin::logit(const Batch& b, const Plan& pl, const Row& r, std::in
   return k_.exp == ExpImpl::kExp2Folded ? capped * kLog2e : capped;
 }
 
+// One tile's scores (keys outside [first, last] masked to -inf) and the new running max (maxnum: a NaN logit
+// does not win; a -inf max becomes 0), the accumulator rescaled to it. Returns {new max, alpha}; st.m and L
+// are the caller's to update.
+std::pair<float, float> AttentionTwin::tile_max(const Batch& b, const Plan& pl, const Row& r, std::int64_t t0,
+                                                std::int64_t t1, std::int64_t first, std::int64_t last,
+                                                State& st, std::vector<float>& scores) const {
+  float m = st.m;
+  for (std::int64_t t = t0; t < t1; ++t) {
+    const float s = t >= first && t <= last ? logit(b, pl, r, t) : kNegInf;
+    scores[static_cast<std::size_t>(t - t0)] = s;
+    m = std::fmax(m, s);
+  }
+  if (m == kNegInf || bug_ == AttnBug::kNoMaxSubtraction) m = 0.0f;
+  const float alpha = exp_of(k_.exp, st.m - m);
+  for (float& a : st.acc) a *= alpha;
+  return {m, alpha};
+}
+
 // Online softmax over the tiles of [begin, end) that hold visible keys, every masked entry selected away
 // (aiter FA's partitions; the unified kernels run unified_tile).
 void AttentionTwin::run_tiles(const Batch& b, const Plan& pl, const Row& r, std::int64_t tile,
@@ -461,15 +483,7 @@ void AttentionTwin::run_tiles(const Batch& b, const Plan& pl, const Row& r, std:
   scores.resize(static_cast<std::size_t>(tile));
   for (std::int64_t t0 = begin + (first - begin) / tile * tile; t0 <= last; t0 += tile) {
     const std::int64_t t1 = std::min(t0 + tile, end);
-    float m = st.m;
-    for (std::int64_t t = t0; t < t1; ++t) {
-      const float s = t >= first && t <= last ? logit(b, pl, r, t) : kNegInf;
-      scores[static_cast<std::size_t>(t - t0)] = s;
-      m = std::fmax(m, s);
-    }
-    if (m == kNegInf || bug_ == AttnBug::kNoMaxSubtraction) m = 0.0f;
-    const float alpha = exp_of(k_.exp, st.m - m);
-    for (float& a : st.acc) a *= alpha;
+    const auto [m, alpha] = tile_max(b, pl, r, t0, t1, first, last, st, scores);
     float tile_sum = 0.0f;
     for (std::int64_t t = t0; t < t1; ++t) {
       if (scores[static_cast<std::size_t>(t - t0)] == kNegInf) continue;
@@ -522,15 +536,7 @@ void AttentionTwin::unified_tile(const Batch& b, const Plan& pl, const Row& r, c
     return;  // repaired: a tile empty for the
              // row leaves its state alone
   scores.resize(static_cast<std::size_t>(tile));
-  float m = st.m;
-  for (std::int64_t t = t0; t < t0 + tile; ++t) {
-    const float s = t >= r.lo && t <= r.hi ? logit(b, pl, r, t) : kNegInf;
-    scores[static_cast<std::size_t>(t - t0)] = s;
-    m = std::fmax(m, s);
-  }
-  if (m == kNegInf || bug_ == AttnBug::kNoMaxSubtraction) m = 0.0f;
-  const float alpha = exp_of(k_.exp, st.m - m);
-  for (float& a : st.acc) a *= alpha;
+  const auto [m, alpha] = tile_max(b, pl, r, t0, t0 + tile, r.lo, r.hi, st, scores);
   float tile_sum = 0.0f;
   const std::int64_t end = std::min(t0 + tile, tb.load_end);
   for (std::int64_t t = t0; t < t0 + tile; ++t) {
