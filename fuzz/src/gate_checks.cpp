@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/fuzz/golden.hpp"
+#include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 
 namespace driftcheck::fuzz {
@@ -81,8 +83,20 @@ void budget_problems(const reports::BackendReport& b, const std::string& format,
 }
 
 struct Tally {
-  std::int64_t run = 0, unsupported = 0, failed = 0;
+  std::int64_t run = 0, unsupported = 0, failed = 0, known = 0;
+  std::string known_ids;  // "id, id; id" over the cases a known finding explains
 };
+
+// A failure that a known finding explains (docs/FINDINGS.md) is the upstream kernel's defect that a faithful
+// twin reproduces: counted and named apart, never a failed check (a mutant's own bug is never explained).
+void add_known(Tally& t, const std::string& ids) {
+  ++t.known;
+  if (t.known_ids.find(ids) == std::string::npos) t.known_ids += (t.known_ids.empty() ? "" : "; ") + ids;
+}
+
+std::string known_line(const Tally& t) {
+  return t.known == 0 ? "" : fmt::format("; {} failing as known findings ({})", t.known, t.known_ids);
+}
 
 // One entry's run on every backend of its op; the reference is computed once.
 void run_entry(const CorpusEntry& e, const std::vector<GateBackend>& backends, std::vector<GateCheck>& checks,
@@ -96,14 +110,22 @@ void run_entry(const CorpusEntry& e, const std::vector<GateBackend>& backends, s
     const bool supported = b.supports(e.bundle.pristine).ok;
     if (supported && !prepared) prepared = prepare(e.bundle.pristine.clone());
     const Evaluation ev = supported ? evaluate(b, *prepared) : Evaluation{};
+    const bool ran = supported && ev.verdict != Verdict::kUnsupported;
+    const std::string known = ran && !within_budget(ev, backends[i].budget)
+                                  ? explained_ids(builtin_known_findings(), b, *prepared)
+                                  : "";
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard lock(mu);
     checks[i].seconds += s;
-    if (!supported || ev.verdict == Verdict::kUnsupported) {
+    if (!ran) {
       ++tally[i].unsupported;
       continue;
     }
     ++tally[i].run;
+    if (!known.empty()) {
+      add_known(tally[i], known);
+      continue;
+    }
     if (within_budget(ev, backends[i].budget)) continue;
     ++tally[i].failed;
     checks[i].status = CheckStatus::kFailed;
@@ -158,14 +180,22 @@ GateCheck backend_golden_check(const GateBackend& gb, const std::vector<GoldenCa
       ++t.unsupported;
       continue;
     }
-    const Evaluation ev = judge_golden(b, g);
+    const PreparedCase p = prepare_golden(g);
+    const Evaluation ev = evaluate(b, p);
     if (ev.verdict == Verdict::kUnsupported) {
       ++t.unsupported;
       continue;
     }
     ++t.run;
+    if (within_budget(ev, gb.budget)) {
+      worst = std::max(worst, ev.worst_ratio);
+      continue;
+    }
+    if (const std::string ids = explained_ids(builtin_known_findings(), b, p); !ids.empty()) {
+      add_known(t, ids);
+      continue;
+    }
     worst = std::max(worst, ev.worst_ratio);
-    if (within_budget(ev, gb.budget)) continue;
     ++t.failed;
     c.details += fmt::format(
         "{}: {} {}x tolerance: {}\n    driftcheck golden verify --dir {} --case {} --backend {}\n", g.name,
@@ -175,15 +205,17 @@ GateCheck backend_golden_check(const GateBackend& gb, const std::vector<GoldenCa
   c.properties = {{"run", std::to_string(t.run)},
                   {"unsupported", std::to_string(t.unsupported)},
                   {"failed", std::to_string(t.failed)},
+                  {"known_findings", t.known_ids},
                   {"worst_ratio", fmt::format("{:.6g}", worst)}};
   if (t.failed > 0) {
     c.status = CheckStatus::kFailed;
-    c.message = fmt::format("{} of {} golden cases beyond budget", t.failed, t.run);
+    c.message = fmt::format("{} of {} golden cases beyond budget{}", t.failed, t.run, known_line(t));
   } else if (t.run == 0) {
     c.status = CheckStatus::kSkipped;
     c.message = fmt::format("supports none of the {} golden cases of its op", t.unsupported);
   } else {
-    c.message = fmt::format("{} golden cases within budget (worst {} x tolerance)", t.run, ratio_text(worst));
+    c.message = fmt::format("{} golden cases within budget (worst {} x tolerance){}", t.run - t.known,
+                            ratio_text(worst), known_line(t));
   }
   return c;
 }
@@ -249,15 +281,16 @@ std::vector<GateCheck> corpus_checks(const std::vector<CorpusEntry>& corpus,
     c.properties = {{"entries", std::to_string(of_op)},
                     {"run", std::to_string(t.run)},
                     {"unsupported", std::to_string(t.unsupported)},
-                    {"failed", std::to_string(t.failed)}};
+                    {"failed", std::to_string(t.failed)},
+                    {"known_findings", t.known_ids}};
     if (c.status == CheckStatus::kFailed)
-      c.message = fmt::format("{} of {} corpus cases fail again", t.failed, t.run);
+      c.message = fmt::format("{} of {} corpus cases fail again{}", t.failed, t.run, known_line(t));
     else if (t.run == 0)
       c.status = CheckStatus::kSkipped,
       c.message = of_op == 0 ? fmt::format("the corpus has no {} case", c.op)
                              : fmt::format("supports none of the {} {} corpus cases", of_op, c.op);
     else
-      c.message = fmt::format("{} corpus cases pass", t.run);
+      c.message = fmt::format("{} corpus cases pass{}", t.run - t.known, known_line(t));
   }
   return checks;
 }

@@ -239,13 +239,17 @@ std::vector<std::string> reference_changes(const GoldenCase& g) {
   return out;
 }
 
-Evaluation judge_golden(const Backend& b, const GoldenCase& g) {
+PreparedCase prepare_golden(const GoldenCase& g) {
   PreparedCase p;
   p.input = g.pristine.clone();
   p.reference = g.reference;
   p.baseline = naive_baseline(p.input);
   p.model = error_model(p.input, p.reference, p.baseline);
-  return evaluate(b, p);
+  return p;
+}
+
+Evaluation judge_golden(const Backend& b, const GoldenCase& g) {
+  return evaluate(b, prepare_golden(g));
 }
 
 std::vector<std::string> update_golden(const fs::path& dir, const std::vector<std::string>& names) {

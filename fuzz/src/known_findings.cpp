@@ -125,4 +125,11 @@ std::vector<const KnownFinding*> explain_failure(const KnownFindings& known, con
   return out.empty() ? candidates : out;
 }
 
+std::string explained_ids(const KnownFindings& known, const Backend& backend, const PreparedCase& prepared) {
+  std::string ids;
+  for (const KnownFinding* f : explain_failure(known, backend, prepared))
+    ids += (ids.empty() ? "" : ", ") + f->id;
+  return ids;
+}
+
 }  // namespace driftcheck::fuzz

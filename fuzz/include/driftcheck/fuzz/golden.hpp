@@ -57,6 +57,8 @@ std::vector<std::string> reference_changes(const GoldenCase& g);
 // Judges a backend on a golden case against the stored reference (the naive baseline and error model are
 // computed from the stored inputs and reference). The caller checks supports() first.
 Evaluation judge_golden(const Backend& b, const GoldenCase& g);
+// The prepared case judge_golden judges against (for explaining a failure by known findings).
+PreparedCase prepare_golden(const GoldenCase& g);
 
 // Writes NAME.json and NAME.safetensors of every definition (or only `names`) into `dir`, atomically each.
 // Returns one line per case: "NAME: new", "NAME: unchanged", or "NAME: rewritten (what changed)".

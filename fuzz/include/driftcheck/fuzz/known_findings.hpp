@@ -52,5 +52,7 @@ std::unique_ptr<Backend> repaired_backend(const KnownFindings& known, const Back
 // alone makes it pass; all of them when neither singles any out.
 std::vector<const KnownFinding*> explain_failure(const KnownFindings& known, const Backend& backend,
                                                  const PreparedCase& prepared, const EvalOptions& opts = {});
+// The same as "id, id": empty when no known finding explains it.
+std::string explained_ids(const KnownFindings& known, const Backend& backend, const PreparedCase& prepared);
 
 }  // namespace driftcheck::fuzz
