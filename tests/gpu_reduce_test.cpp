@@ -48,9 +48,9 @@ float kernel_block_sum(const ReducePlan& p, int warp, const std::vector<float>& 
   return gpu::combine_totals(p, totals.data(), gpu::owning_warps(p, warp));
 }
 
-// The twin order main's CPU twins describe: descending lane tree, warp totals in order.
+// The twin order with the plan's lane tree and warp-total order.
 twin::ReduceOrder twin_order(const ReducePlan& p, int warp) {
-  return {p.threads, p.vec, warp};
+  return {p.threads, p.vec, warp, p.ascending, p.totals_tree};
 }
 
 std::uint32_t bits(float f) {

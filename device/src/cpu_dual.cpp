@@ -12,7 +12,7 @@ namespace driftcheck::twin {
 NormKernel dual_fused_kernel() {
   NormKernel k;
   k.rounding = NormRounding::kFp32Weight;
-  k.order = {1, 8, 32, false, false};
+  k.order = {1, 8, 32, false, true, false};
   k.threads = NormThreads::kTritonWarps;
   k.vec = VecWidth::kGcd16Bytes;
   k.one_plus_supported = false;

@@ -51,7 +51,7 @@ TwinInfo rmsnorm_native_info() {
 // (#28103); output contiguous; no (1 + w) mode; the output loop's vector accesses fault on misaligned rows.
 NormKernel rmsnorm_cuda_kernel() {
   NormKernel k;
-  k.order = {1024, 1, 32, true, false};
+  k.order = {1024, 1, 32, true, false, false};
   k.threads = NormThreads::kCsrcByTokens;
   k.threads_per_vector = true;
   k.vec = VecWidth::kGcd16Bytes;
@@ -112,7 +112,7 @@ TwinInfo rmsnorm_cuda_onecast_info() {
 // (_f16Vec::sum_squares) before adding it to the thread's partial.
 NormKernel rmsnorm_fused_add_kernel() {
   NormKernel k;
-  k.order = {1024, 1, 32, true, true};
+  k.order = {1024, 1, 32, true, false, true};
   k.threads = NormThreads::kCsrcByTokens;
   k.vec = VecWidth::kIfAligned16Bytes;
   k.residual = ResidualPath::kRounded;

@@ -61,7 +61,7 @@ ReduceOrder resolve_order(const NormKernel& k, NormBug bug, std::int64_t rows, s
   // vllm#48271's bug class on a kernel that is otherwise batch invariant: a block of 256 threads (cub order)
   // from 2 tokens on, the kernel's own order for a row alone.
   if (bug == NormBug::kBatchVariantBlock && rows >= kBatchVariantTokens)
-    o = {static_cast<int>(std::min<std::int64_t>(kBatchVariantSmallBlock, h)), 1, 32, true, false};
+    o = {static_cast<int>(std::min<std::int64_t>(kBatchVariantSmallBlock, h)), 1, 32, true, false, false};
   return o;
 }
 

@@ -119,8 +119,8 @@ float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DTyp
   std::vector<float> totals;
   for (int w0 = 0; w0 < threads; w0 += warp)
     totals.push_back(
-        shuffle_tree(partial.data() + w0, std::min(warp, threads - w0), warp, order.cub, accumulate));
-  if (!order.cub) {
+        shuffle_tree(partial.data() + w0, std::min(warp, threads - w0), warp, order.ascending, accumulate));
+  if (order.totals_tree) {
     const int n_warps = static_cast<int>(totals.size());
     return shuffle_tree(totals.data(), n_warps,
                         static_cast<int>(std::bit_ceil(static_cast<unsigned>(n_warps))), false, accumulate);

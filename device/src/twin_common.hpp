@@ -153,7 +153,11 @@ struct ReduceOrder {
   int threads = 1;
   int vec = 1;
   int warp = 32;
-  bool cub = true;  // cub's order; false: Triton's butterfly (lanes and warps)
+  // The lane tree: cub's shuffle-down offsets 1, 2, 4, ... (ascending) or Triton's butterfly width/2, ..., 1;
+  // the warp totals: in order (cub's block reduce) or by the same butterfly (Triton's tl.sum). The fields of
+  // the GPU kernels' ReducePlan (device/gpu/block_reduce.hpp), so either side can name the other's order.
+  bool ascending = true;
+  bool totals_tree = false;
   bool chunk_sum_first = false;
 };
 
