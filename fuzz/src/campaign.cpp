@@ -257,7 +257,10 @@ void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& sp
     ++s.unsupported, ++s.reasons[support.reason];
     return;
   }
-  Evaluation e = evaluate(b, p);
+  // A mutant is judged with its twin's known upstream defects repaired (docs/FINDINGS.md): its findings, and
+  // the corpus entries made from them, then come from its own bug.
+  const auto repaired = b.kind() == BackendKind::kMutant ? repaired_backend(known_findings(), b) : nullptr;
+  Evaluation e = evaluate(repaired ? *repaired : b, p);
   s.seconds += seconds_since(t0);
   if (e.verdict == Verdict::kUnsupported) {
     ++s.unsupported, ++s.reasons[e.detail];
