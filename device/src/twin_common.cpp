@@ -107,10 +107,12 @@ float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DTyp
     const std::int64_t c1 = std::min(c0 + vec, n);
     if (order.chunk_sum_first) {
       float chunk = 0.0f;
-      for (std::int64_t i = c0; i < c1; ++i) chunk = accumulate_in(accumulate, chunk + accumulate_in(squares, x[i] * x[i]));
+      for (std::int64_t i = c0; i < c1; ++i)
+        chunk = accumulate_in(accumulate, chunk + accumulate_in(squares, x[i] * x[i]));
       acc = accumulate_in(accumulate, acc + chunk);
     } else {
-      for (std::int64_t i = c0; i < c1; ++i) acc = accumulate_in(accumulate, acc + accumulate_in(squares, x[i] * x[i]));
+      for (std::int64_t i = c0; i < c1; ++i)
+        acc = accumulate_in(accumulate, acc + accumulate_in(squares, x[i] * x[i]));
     }
   }
   // A partial last warp (threads not a multiple of the warp) still runs the full shuffle ladder; lanes past
