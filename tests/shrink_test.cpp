@@ -85,7 +85,10 @@ TEST(Shrink, AStructuralAttentionBugShrinksToAFewKilobytes) {
     // permutes a decode query's keys); what every repro keeps is small.
     EXPECT_LE(s.seq_lens.size(), 2u) << f.shape;
     const auto bytes = std::filesystem::file_size(dir / f.bundle / "tensors.bin");
-    EXPECT_LT(bytes, 16u * 1024) << f.shape;
+    // Since the Triton twin follows its upstream kernel (issue #8), one fp16 NaN signature keeps a second
+    // context of 129 keys at a fixpoint: its K and V alone are 2 x 130 x 32 x 2 B = 16.6 KB, so the bound is
+    // that plus the rest of a small case.
+    EXPECT_LT(bytes, 24u * 1024) << f.shape;
     std::cout << "[shrink] " << f.id << ": " << f.shape << ", " << bytes << " bytes, " << f.shrink_steps
               << " shrinks of " << f.shrink_tries << " tries\n";
     EXPECT_EQ(f.shape, shape_line(s));

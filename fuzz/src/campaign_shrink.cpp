@@ -92,17 +92,25 @@ Shrunk shrink(const Backend& b, Verdict verdict, const CaseSpec& drawn, Attempt 
 // longer fails the same way.
 struct Redrawn {
   const Backend* backend;
+  std::shared_ptr<const Backend> repaired;  // owns `backend` when it is a repaired mutant
   DrawnCase drawn;
   Attempt first;
 };
 std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOptions& opts,
                               std::string* why) {
-  const Backend* b = opts.backends->find(r.backend);
+  const Backend* named = opts.backends->find(r.backend);
   OpKind op;
-  if (b == nullptr || !parse_op(r.op, &op)) {
+  if (named == nullptr || !parse_op(r.op, &op)) {
     *why = fmt::format("backend {} or op {} is unknown to this driftcheck", r.backend, r.op);
     return std::nullopt;
   }
+  // A mutant is redrawn and shrunk as the campaign judged it: with its twin's known upstream defects
+  // repaired.
+  std::shared_ptr<const Backend> repaired =
+      named->kind() == BackendKind::kMutant
+          ? repaired_backend(opts.known_findings ? *opts.known_findings : builtin_known_findings(), *named)
+          : nullptr;
+  const Backend* b = repaired ? repaired.get() : named;
   DrawnCase drawn = draw_locked(op, r.seed, r.case_index, opts.gen);
   auto first = attempt(*b, drawn.spec, r.seed, r.case_index);
   if (!first || verdict_name(first->evaluation.verdict) != r.verdict) {
@@ -110,7 +118,7 @@ std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOpt
         first ? fmt::format("it now gives {}", verdict_name(first->evaluation.verdict)) : "it no longer runs";
     return std::nullopt;
   }
-  return Redrawn{b, std::move(drawn), std::move(*first)};
+  return Redrawn{b, std::move(repaired), std::move(drawn), std::move(*first)};
 }
 
 void shrink_one(Findings& findings, const std::string& signature, const CampaignOptions& opts,
