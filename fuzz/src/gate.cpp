@@ -19,6 +19,7 @@
 #include "driftcheck/fuzz/gate_baseline.hpp"
 #include "driftcheck/fuzz/golden.hpp"
 #include "driftcheck/fuzz/input_error.hpp"
+#include "driftcheck/fuzz/known_findings.hpp"
 #include "gate_checks.hpp"
 
 namespace driftcheck::fuzz {
@@ -173,6 +174,45 @@ void judge_campaign(const Plan& p, const reports::Report& campaign, const Baseli
   }
 }
 
+reports::GateKnownFinding& known_entry(GateReport& r, const std::string& id) {
+  for (auto& k : r.known)
+    if (k.id == id) return k;
+  reports::GateKnownFinding k{id, {}, {}, {}, 0, 0, 0};
+  for (const KnownFinding& f : builtin_known_findings().findings)
+    if (f.id == id) k.summary = f.summary, k.replay = f.replay;
+  return r.known.emplace_back(std::move(k));
+}
+
+void add_backend(reports::GateKnownFinding& k, const std::string& backend) {
+  if (std::find(k.backends.begin(), k.backends.end(), backend) == k.backends.end())
+    k.backends.push_back(backend);
+}
+
+// Known findings met in any phase, listed apart and never a failed check: the golden and corpus checks name
+// them in their known.<id> properties, the campaign in its report (which also says when one stopped
+// reproducing: an upstream fix, or a twin that no longer models the defect).
+void collect_known(const reports::Report& campaign, GateReport& r) {
+  for (const auto& c : r.checks)
+    for (const auto& [name, value] : c.properties) {
+      if (!name.starts_with(kKnownPropertyPrefix)) continue;
+      auto& k = known_entry(r, name.substr(kKnownPropertyPrefix.size()));
+      (c.check == "golden" ? k.golden_cases : k.corpus_cases) += std::stoll(value);
+      add_backend(k, c.backend);
+    }
+  for (const auto& f : campaign.known_findings) {
+    if (f.cases == 0) {
+      if (f.backend_cases > 0)
+        r.notes.push_back(fmt::format("known finding {} not reproduced in the campaign's {} cases of {}",
+                                      f.id, f.backend_cases, fmt::join(f.backends, ", ")));
+      continue;
+    }
+    auto& k = known_entry(r, f.id);
+    k.campaign_cases += f.cases;
+    for (const auto& b : f.backends) add_backend(k, b);
+  }
+  std::sort(r.known.begin(), r.known.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+}
+
 void fill_rows(const Plan& p, const reports::Report& campaign, GateReport& r) {
   for (const auto& b : p.backends) {
     const reports::BackendReport* row = campaign_row(campaign, b.backend->name());
@@ -304,6 +344,7 @@ GateResult run_gate(const GateOptions& o) {
   if (base) stale_entries(*base, plan, r);
   fill_rows(plan, campaign.report, r);
   fill_detection(plan, r);
+  collect_known(campaign.report, r);
   r.seconds = seconds_since(start);
   r.exit_code = exit_code_of(r, campaign.exit_code == 3);
   write_outputs(r, o);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -83,19 +84,33 @@ void budget_problems(const reports::BackendReport& b, const std::string& format,
 }
 
 struct Tally {
-  std::int64_t run = 0, unsupported = 0, failed = 0, known = 0;
-  std::string known_ids;  // "id, id; id" over the cases a known finding explains
+  std::int64_t run = 0, unsupported = 0, failed = 0, known = 0;  // known: cases a known finding explains
+  std::map<std::string, std::int64_t> known_ids;                 // known finding id -> cases it explains
 };
+
+using Explained = std::vector<const KnownFinding*>;
 
 // A failure that a known finding explains (docs/FINDINGS.md) is the upstream kernel's defect that a faithful
 // twin reproduces: counted and named apart, never a failed check (a mutant's own bug is never explained).
-void add_known(Tally& t, const std::string& ids) {
+void add_known(Tally& t, const Explained& known) {
   ++t.known;
-  if (t.known_ids.find(ids) == std::string::npos) t.known_ids += (t.known_ids.empty() ? "" : "; ") + ids;
+  for (const KnownFinding* f : known) ++t.known_ids[f->id];
 }
 
 std::string known_line(const Tally& t) {
-  return t.known == 0 ? "" : fmt::format("; {} failing as known findings ({})", t.known, t.known_ids);
+  std::string ids;
+  for (const auto& [id, n] : t.known_ids) ids += (ids.empty() ? "" : ", ") + id;
+  return t.known == 0 ? "" : fmt::format("; {} failing as known findings ({})", t.known, ids);
+}
+
+// The check's metrics, with one `known.<id>` property per known finding (the gate lists them apart from
+// them).
+void tally_properties(const Tally& t, GateCheck& c) {
+  c.properties.emplace_back("run", std::to_string(t.run));
+  c.properties.emplace_back("unsupported", std::to_string(t.unsupported));
+  c.properties.emplace_back("failed", std::to_string(t.failed));
+  for (const auto& [id, n] : t.known_ids)
+    c.properties.emplace_back(std::string(kKnownPropertyPrefix) + id, std::to_string(n));
 }
 
 // One entry's run on every backend of its op; the reference is computed once.
@@ -111,9 +126,9 @@ void run_entry(const CorpusEntry& e, const std::vector<GateBackend>& backends, s
     if (supported && !prepared) prepared = prepare(e.bundle.pristine.clone());
     const Evaluation ev = supported ? evaluate(b, *prepared) : Evaluation{};
     const bool ran = supported && ev.verdict != Verdict::kUnsupported;
-    const std::string known = ran && !within_budget(ev, backends[i].budget)
-                                  ? explained_ids(builtin_known_findings(), b, *prepared)
-                                  : "";
+    const Explained known = ran && !within_budget(ev, backends[i].budget)
+                                ? explain_failure(builtin_known_findings(), b, *prepared)
+                                : Explained{};
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard lock(mu);
     checks[i].seconds += s;
@@ -191,8 +206,8 @@ GateCheck backend_golden_check(const GateBackend& gb, const std::vector<GoldenCa
       worst = std::max(worst, ev.worst_ratio);
       continue;
     }
-    if (const std::string ids = explained_ids(builtin_known_findings(), b, p); !ids.empty()) {
-      add_known(t, ids);
+    if (const Explained known = explain_failure(builtin_known_findings(), b, p); !known.empty()) {
+      add_known(t, known);
       continue;
     }
     worst = std::max(worst, ev.worst_ratio);
@@ -202,11 +217,8 @@ GateCheck backend_golden_check(const GateBackend& gb, const std::vector<GoldenCa
         verdict_name(ev.verdict), ratio_text(ev.worst_ratio), ev.detail, dir.string(), g.name, b.name());
   }
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  c.properties = {{"run", std::to_string(t.run)},
-                  {"unsupported", std::to_string(t.unsupported)},
-                  {"failed", std::to_string(t.failed)},
-                  {"known_findings", t.known_ids},
-                  {"worst_ratio", fmt::format("{:.6g}", worst)}};
+  tally_properties(t, c);
+  c.properties.emplace_back("worst_ratio", fmt::format("{:.6g}", worst));
   if (t.failed > 0) {
     c.status = CheckStatus::kFailed;
     c.message = fmt::format("{} of {} golden cases beyond budget{}", t.failed, t.run, known_line(t));
@@ -278,11 +290,8 @@ std::vector<GateCheck> corpus_checks(const std::vector<CorpusEntry>& corpus,
     });
     GateCheck& c = checks[i];
     const Tally& t = tally[i];
-    c.properties = {{"entries", std::to_string(of_op)},
-                    {"run", std::to_string(t.run)},
-                    {"unsupported", std::to_string(t.unsupported)},
-                    {"failed", std::to_string(t.failed)},
-                    {"known_findings", t.known_ids}};
+    c.properties = {{"entries", std::to_string(of_op)}};
+    tally_properties(t, c);
     if (c.status == CheckStatus::kFailed)
       c.message = fmt::format("{} of {} corpus cases fail again{}", t.failed, t.run, known_line(t));
     else if (t.run == 0)

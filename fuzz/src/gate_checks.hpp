@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "driftcheck/device/backend.hpp"
@@ -17,6 +18,10 @@
 #include "driftcheck/reports/report.hpp"
 
 namespace driftcheck::fuzz {
+
+// Golden and corpus checks name the known findings that explained failing cases as properties
+// "known.<id>" = cases; the gate lists them apart (reports::GateKnownFinding).
+inline constexpr std::string_view kKnownPropertyPrefix = "known.";
 
 // A backend the gate judges, and the backend whose budget and baseline it is held to: itself, or for a mutant
 // (--mutants) the correct backend it breaks.

@@ -75,8 +75,9 @@ struct MutantDetection {
 struct GateKnownFinding {
   std::string id;
   std::string summary;
-  std::string replay;                 // reproduces it (from the known-findings file)
-  std::vector<std::string> backends;  // the backends it explained failures of
+  std::string replay;  // reproduces it (from the known-findings file)
+  std::vector<std::string>
+      backends;  // the gate's backends it explained failures of (campaign: it applies to)
   std::int64_t campaign_cases = 0, corpus_cases = 0, golden_cases = 0;  // failing cases it explained
 };
 
