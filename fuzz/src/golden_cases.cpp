@@ -84,6 +84,17 @@ std::vector<GoldenDefinition> make_definitions() {
        spec,
        "",
        {}});
+  // A long context, where error grows with the number of keys a row reduces over (ORACLE.md): one KV head
+  // keeps 16k tokens of fp8 K and V at 4 MB; pages of 16 tokens, as the ROCm kernels take.
+  CaseSpec long_ctx = attention_spec(DType::kF8E4M3FN, {4}, {16385}, 18);
+  auto& lp = std::get<AttentionParams>(long_ctx.params);
+  lp.num_q_heads = 16, lp.num_kv_heads = 1, lp.block_size = 16, lp.k_scale = 0.017, lp.v_scale = 0.5;
+  d.push_back({"attn_spec_decode_long_gqa16_fp8",
+               "16 q / 1 kv head, head 128, block 16, fp8 e4m3fn KV with k_scale 0.017 and v_scale 0.5; 3 "
+               "speculative tokens on a context of 16385 (one token into a page)",
+               long_ctx,
+               "",
+               {}});
   CaseSpec prefill = attention_spec(DType::kBF16, {8}, {130}, 17);
   auto& pp = std::get<AttentionParams>(prefill.params);
   pp.window = 64, pp.softcap = 30.0;
