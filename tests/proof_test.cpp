@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 
+#include "../device/src/twin_norm.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/spec.hpp"
@@ -105,6 +106,26 @@ TEST(Proof, EveryMutantIsCaught) {
                 << verdict_name(caught.verdict) << " ("
                 << shape_class(draw_case(m->op(), kSeed, index).value()) << "): " << caught.detail << "\n";
   }
+}
+
+// mutant.gpu.dual.batch_variant_block before any GPU run: on a warp of 32 it computes what the dual twin with
+// NormBug::kBatchVariantBlock computes (its plan is that order, gpu_reduce_test; its roundings are the
+// twin's, GpuTwins), so this CPU model must be caught within the cases tests/gpu_test.cpp gives the GPU
+// mutant (the same seed and count), and by the batch-invariance check, the only one the bug class can fail.
+TEST(Proof, GpuBatchVariantClassIsCaughtOnTheFusedDualKernel) {
+  const auto model = twin::make_dual_backend(
+      twin::mutant_info(twin::dual_fused_info(), "mutant.dual.batch_variant_block (CPU model)", "", ""),
+      twin::dual_fused_kernel(), twin::NormBug::kBatchVariantBlock);
+  const auto& cases = prepared(OpKind::kDualRmsNormCat);
+  std::size_t index = 0;
+  Evaluation caught;
+  for (; index < cases.size(); ++index) {
+    caught = evaluate(*model, cases[index]);
+    if (is_failure(caught.verdict)) break;
+  }
+  ASSERT_LT(index, cases.size()) << "survived " << cases.size() << " cases";
+  EXPECT_EQ(caught.verdict, Verdict::kBatchVariant) << caught.detail;
+  std::cout << "[proof] " << model->name() << ": caught at case " << index << ": " << caught.detail << "\n";
 }
 
 // The block table's row stride (issue #12): a kernel that reads row s at s * max_blocks is right on every

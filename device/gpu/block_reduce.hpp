@@ -14,32 +14,50 @@
 namespace driftcheck::gpu {
 
 // Threads [0, threads) own the elements: chunk c of `vec` consecutive elements belongs to thread
-// c % threads, which sums its chunks in order. Threads of the block past `threads` hold 0 (the block is a
+// c % threads, which sums its chunks' squares in order into its partial, element by element or, with
+// `chunk_sum_first`, each chunk's squares on their own first and then the chunk sum (vLLM's
+// _f16Vec::sum_squares in fused_add_rms_norm). Threads of the block past `threads` hold 0 (the block is a
 // whole number of 64-lane wavefronts; adding +0 to a sum of squares changes no bit). Each warp then combines
 // its lanes by a shuffle-down tree, lane i += lane i + offset: offsets warp/2, ..., 1 (lane 0 ends with
 // ((x0 + x16) + (x8 + x24)) + ..., the same value as an xor butterfly) or, `ascending`, 1, 2, ..., warp/2
 // (cub's order: neighbours first). The totals of the warps that own threads are added in warp order or,
-// `totals_tree`, by a descending tree over them (Triton's tl.sum across warps).
+// `totals_tree`, by a descending tree over them (Triton's tl.sum across warps). The CPU twins' ReduceOrder
+// has the same fields (device/gpu/norm_plan.hpp maps one to the other) plus the warp, which the kernels read
+// from the hardware.
 struct ReducePlan {
   int threads = 1;
   int vec = 1;
   bool ascending = false;
   bool totals_tree = false;
   DType accumulate = DType::kF32;  // every partial sum rounded to this; kF32 except in a mutant
+  bool chunk_sum_first = false;
 };
+
+inline constexpr int kMaxNormThreads =
+    1024;  // the largest block a norm kernel launches (CUDA's and HIP's limit)
 
 DC_HD inline float accumulate_in(DType t, float x) {
   if (t == DType::kF32) return x;
   return t == DType::kBF16 ? round_bf16(x) : static_cast<float>(round_to(t, x));
 }
 
-// Calls f(i) for each element i < n that thread `tid` owns, in the order the thread visits them.
-template <class F>
-DC_HD void for_owned(const ReducePlan& p, int tid, std::int64_t n, F&& f) {
-  if (tid >= p.threads) return;
+// The partial sum of squares of thread `tid` over a row of n elements, value(i) giving element i (called
+// once per owned element, in the order the thread visits them).
+template <class Value>
+DC_HD float thread_sum_squares(const ReducePlan& p, int tid, std::int64_t n, Value&& value) {
+  float partial = 0.f;
+  if (tid >= p.threads) return partial;
   const std::int64_t step = static_cast<std::int64_t>(p.threads) * p.vec;
-  for (std::int64_t c0 = static_cast<std::int64_t>(tid) * p.vec; c0 < n; c0 += step)
-    for (std::int64_t i = c0; i < c0 + p.vec && i < n; ++i) f(i);
+  for (std::int64_t c0 = static_cast<std::int64_t>(tid) * p.vec; c0 < n; c0 += step) {
+    float chunk = 0.f;
+    for (std::int64_t i = c0; i < c0 + p.vec && i < n; ++i) {
+      const float v = value(i);
+      float& sum = p.chunk_sum_first ? chunk : partial;
+      sum = accumulate_in(p.accumulate, sum + v * v);
+    }
+    if (p.chunk_sum_first) partial = accumulate_in(p.accumulate, partial + chunk);
+  }
+  return partial;
 }
 
 // The shuffle tree of a warp of `warp` lanes: its number of steps and the offset of step s.
@@ -72,7 +90,7 @@ DC_HD inline float combine_totals(const ReducePlan& p, float* t, int n) {
 }
 
 #if defined(__CUDACC__) || defined(__HIP__)
-inline constexpr int kMaxBlockWarps = 1024 / 32;  // shared slots for the largest block at the smallest warp
+inline constexpr int kMaxBlockWarps = kMaxNormThreads / 32;  // shared slots: the largest block, smallest warp
 
 // Lane 0 of the calling warp ends with the warp's total. Every lane of the block must call it (full-warp
 // shuffles: the block is a whole number of warps).

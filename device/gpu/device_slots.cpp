@@ -33,6 +33,7 @@ bool device_present(std::string* why) {
 
 DeviceSlot::DeviceSlot() {
   check(hipGetDevice(&device_), "hipGetDevice");
+  check(hipDeviceGetAttribute(&warp_size_, hipDeviceAttributeWarpSize, device_), "hipDeviceGetAttribute");
   check(hipStreamCreate(&stream_), "hipStreamCreate");
 }
 

@@ -32,6 +32,7 @@ class DeviceSlot {
   DeviceSlot& operator=(const DeviceSlot&) = delete;
 
   int device() const { return device_; }
+  int warp_size() const { return warp_size_; }  // lanes per warp of the device (32 on NVIDIA, 64 on CDNA)
   hipStream_t stream() const { return stream_; }
   // Makes the device arena and the pinned staging at least `bytes` long. Growing frees the old buffers, so it
   // happens only between runs (the slot's stream is idle then).
@@ -49,6 +50,7 @@ class DeviceSlot {
 
  private:
   int device_ = 0;
+  int warp_size_ = 0;
   hipStream_t stream_ = nullptr;
   std::byte* arena_ = nullptr;
   std::byte* staging_ = nullptr;

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <array>
-#include <numeric>
 #include <optional>
 #include <string>
 
@@ -16,6 +15,7 @@
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/device/gpu.hpp"
 #include "kernels.hpp"
+#include "norm_plan.hpp"
 
 namespace driftcheck {
 namespace {
@@ -92,114 +92,96 @@ class GpuBackend : public Backend {
   std::string_view bug_class() const override { return id_.bug_class; }
   bool available(std::string* why) const override { return gpu::device_present(why); }
   void run(Case& c) const override {
-    check_indices(c);
+    check_case(c);
     const gpu::SlotLease slot;
     DeviceCase dev(c, *slot);
-    gpu::check(launch(c, dev, slot->stream()), "launch");
+    gpu::check(launch(c, dev, *slot), "launch");
     dev.download();
     if (dev.fault()[0]) throw BackendError(fault_message(c, dev.fault()));
   }
 
  protected:
+  const GpuIdentity& identity() const { return id_; }
   GpuBug bug() const { return id_.bug; }
-  virtual hipError_t launch(const Case& c, const DeviceCase& dev, hipStream_t stream) const = 0;
-  // Index tensors the kernel trusts, checked on the host before any address is formed from them (throws
-  // BackendError naming the tensor and index), and the message for a fault the kernel recorded.
-  virtual void check_indices(const Case&) const {}
+  // Enqueues the kernel on the slot's stream (the slot also says the device's warp size).
+  virtual hipError_t launch(const Case& c, const DeviceCase& dev, const gpu::DeviceSlot& slot) const = 0;
+  // Checked on the host before anything is uploaded (throws BackendError): index tensors the kernel trusts,
+  // before any address is formed from them, and faults of the modelled kernel the port reports instead of
+  // taking them. Then the message for a fault the kernel recorded.
+  virtual void check_case(const Case&) const {}
   virtual std::string fault_message(const Case&, const FaultRecord&) const { return "kernel fault"; }
 
  private:
   GpuIdentity id_;
 };
 
-// The reduction plans of the CPU twins the norm kernels port (device/src/cpu_rmsnorm.cpp, cpu_dual.cpp),
-// resolved per case as the twins resolve them, so that twin and kernel sum in the same order.
-bool aligned_to(const Tensor& t, std::int64_t elems) {
-  return t.offset() % elems == 0 && (t.dim() < 2 || t.strides()[0] % elems == 0) && t.strides().back() == 1;
-}
+// A norm kernel's port takes everything but its arithmetic from the CPU twin it ports (device/src/
+// twin_norm.hpp): the cases it accepts and the reasons it declines, where vLLM's kernel faults (reported with
+// the twin's message before launching: a real misaligned access would be a sticky error that ends the
+// process's GPU context), the reduction order for the case on the device's warp (device/gpu/norm_plan.hpp),
+// the numerics it declares, and the upstream defects it reproduces, switchable for known findings.
+struct PortedTwin {
+  OpKind op;
+  twin::TwinInfo info;
+  twin::NormKernel kernel;
+};
 
-ReducePlan norm_plan(int threads, int vec, std::int64_t hidden, DType act, GpuBug bug) {
-  ReducePlan p;
-  p.threads = static_cast<int>(std::min<std::int64_t>(threads, hidden));
-  p.vec = vec;
-  if (bug == GpuBug::kActAccumulation) p.accumulate = act;
-  return p;
-}
-
-// vLLM's rms_norm (no residual: two roundings) and fused_add_rms_norm (residual rounded, stored in place, and
-// normalised: three roundings on the way to y) are one kernel with a flag, as two backends with their own
-// numerics.
-class GpuRmsNorm final : public GpuBackend {
+// vLLM's rms_norm and fused_add_rms_norm (one kernel with a residual flag) and the fused dual RMSNorm +
+// concat.
+class GpuNorm final : public GpuBackend {
  public:
-  GpuRmsNorm(GpuIdentity id, bool fused_add) : GpuBackend(std::move(id)), fused_add_(fused_add) {}
-  OpKind op() const override { return OpKind::kRmsNorm; }
-  Numerics numerics() const override {
-    Numerics n;
-    n.output_roundings = fused_add_ ? 3 : 2;
-    return n;
-  }
-  std::string supports_summary() const override {
-    return fused_add_ ? "bf16/fp16/fp32; any H, strides and offsets; residual required"
-                      : "bf16/fp16/fp32; any H, strides and offsets; no residual";
-  }
-  Support supports(const Case& c) const override {
-    if (!act_dtype_ok(c.tensor("x").dtype()))
-      return Support::no("activation dtype must be bf16, fp16 or fp32");
-    if (c.get<RmsNormParams>().residual != fused_add_)
-      return Support::no(fused_add_ ? "fused_add_rms_norm needs a residual" : "rms_norm takes no residual");
-    return Support::yes();
+  GpuNorm(GpuIdentity id, PortedTwin twin) : GpuBackend(std::move(id)), twin_(std::move(twin)) {}
+  OpKind op() const override { return twin_.op; }
+  Numerics numerics() const override { return twin_.info.numerics; }
+  std::string supports_summary() const override { return twin_.info.supports_summary; }
+  Support supports(const Case& c) const override { return twin::norm_supports(twin_.kernel, c); }
+  std::vector<std::string> modelled_defects() const override { return twin::norm_defects(twin_.kernel); }
+  std::unique_ptr<Backend> without_defects(const std::vector<std::string>& names) const override {
+    PortedTwin repaired = twin_;
+    if (!twin::repair_norm_defects(repaired.kernel, names)) return nullptr;
+    return std::make_unique<GpuNorm>(identity(), std::move(repaired));
   }
 
  protected:
-  hipError_t launch(const Case& c, const DeviceCase& dev, hipStream_t stream) const override {
-    const auto& p = c.get<RmsNormParams>();
-    const Tensor& x = c.tensor("x");
+  void check_case(const Case& c) const override {
+    twin::check_norm_faults(twin_.kernel, order(c, twin_.kernel.order.warp), c);
+  }
+
+  hipError_t launch(const Case& c, const DeviceCase& dev, const gpu::DeviceSlot& slot) const override {
+    const DType act = c.tensor(twin_.op == OpKind::kDualRmsNormCat ? "out" : "y").dtype();
+    const ReducePlan plan =
+        gpu::reduce_plan(order(c, slot.warp_size()), bug() == GpuBug::kActAccumulation ? act : DType::kF32);
+    return twin_.op == OpKind::kDualRmsNormCat ? launch_dual(c, dev, plan, slot.stream())
+                                               : launch_rmsnorm(c, dev, plan, slot.stream());
+  }
+
+ private:
+  // The twin's order on warps of `warp` lanes; the batch-variant mutant changes it as the twin's NormBug does
+  // (a 256-thread cub block from 2 tokens on).
+  twin::ReduceOrder order(const Case& c, int warp) const {
+    const twin::NormBug b =
+        bug() == GpuBug::kBatchVariantBlock ? twin::NormBug::kBatchVariantBlock : twin::NormBug::kNone;
+    return gpu::port_order(twin_.kernel, b, c, warp);
+  }
+
+  hipError_t launch_rmsnorm(const Case& c, const DeviceCase& dev, const ReducePlan& plan,
+                            hipStream_t stream) const {
     gpu::RmsNormArgs a;
     a.x = dev.view("x");
     a.w = dev.view("w");
     a.residual = dev.view("residual");
     a.y = dev.view("y");
-    a.rows = x.size(0);
-    a.hidden = x.size(1);
-    a.eps = static_cast<float>(p.eps);
-    a.one_plus_weight = p.weight_mode == WeightMode::kOnePlus;
-    a.has_residual = p.residual;
+    a.rows = c.tensor("x").size(0);
+    a.hidden = c.tensor("x").size(1);
+    a.eps = static_cast<float>(c.get<RmsNormParams>().eps);
+    a.has_residual = c.get<RmsNormParams>().residual;
+    a.plan = plan;
     a.bug = bug();
-    // vllm#48271's class in the mutant: the block shrinks with the token count (from 2 rows, so that the
-    // oracle's batch-invariance check, a row alone vs in its batch, always straddles the switch).
-    a.plan = norm_plan(bug() == GpuBug::kBatchVariantBlock && a.rows >= 2 ? 256 : 1024,
-                       vector_width(c, a.hidden), a.hidden, c.tensor("y").dtype(), bug());
     return gpu::launch_rmsnorm(a, stream);
   }
 
- private:
-  // 16-byte vectors: rms_norm always takes gcd(16 bytes / element, H) elements; fused_add_rms_norm takes
-  // 16 bytes only when every operand allows it, else one element (its scalar path).
-  int vector_width(const Case& c, std::int64_t hidden) const {
-    const std::int64_t per16 = 16 / dtype_size(c.tensor("x").dtype());
-    if (!fused_add_) return static_cast<int>(std::gcd(per16, hidden));
-    bool ok = hidden % per16 == 0;
-    for (const char* n : {"x", "w", "residual", "y"}) ok = ok && aligned_to(c.tensor(n), per16);
-    return ok ? static_cast<int>(per16) : 1;
-  }
-
-  bool fused_add_;
-};
-
-class GpuDualRmsNormCat final : public GpuBackend {
- public:
-  using GpuBackend::GpuBackend;
-  OpKind op() const override { return OpKind::kDualRmsNormCat; }
-  std::string supports_summary() const override { return "bf16/fp16/fp32; any H, strides and offsets"; }
-  Support supports(const Case& c) const override {
-    if (!act_dtype_ok(c.tensor("e").dtype()))
-      return Support::no("activation dtype must be bf16, fp16 or fp32");
-    return Support::yes();
-  }
-
- protected:
-  hipError_t launch(const Case& c, const DeviceCase& dev, hipStream_t stream) const override {
-    const auto& p = c.get<DualRmsNormCatParams>();
+  hipError_t launch_dual(const Case& c, const DeviceCase& dev, const ReducePlan& plan,
+                         hipStream_t stream) const {
     gpu::DualArgs a;
     a.e = dev.view("e");
     a.h = dev.view("h");
@@ -208,29 +190,24 @@ class GpuDualRmsNormCat final : public GpuBackend {
     a.out = dev.view("out");
     a.rows = c.tensor("e").size(0);
     a.hidden = c.tensor("e").size(1);
-    a.eps = static_cast<float>(p.eps);
-    a.one_plus_weight = p.weight_mode == WeightMode::kOnePlus;
+    a.eps = static_cast<float>(c.get<DualRmsNormCatParams>().eps);
+    a.plan = plan;
     a.bug = bug();
-    // tl.sum over 4 warps of 32 lanes, element i to lane i % 128, as cpu.dual.fused models it.
-    a.plan = norm_plan(128, 1, a.hidden, c.tensor("out").dtype(), bug());
     return gpu::launch_dual_rmsnorm_cat(a, stream);
   }
+
+  PortedTwin twin_;
 };
 
 class GpuConcat final : public GpuBackend {
  public:
   using GpuBackend::GpuBackend;
   OpKind op() const override { return OpKind::kConcat; }
-  std::string supports_summary() const override {
-    return "any dtype (a and b alike); any widths and strides";
-  }
-  Support supports(const Case& c) const override {
-    if (c.tensor("a").dtype() != c.tensor("b").dtype()) return Support::no("a and b must share a dtype");
-    return Support::yes();
-  }
+  std::string supports_summary() const override { return twin::concat_copy_info().supports_summary; }
+  Support supports(const Case& c) const override { return twin::concat_supports(c); }
 
  protected:
-  hipError_t launch(const Case& c, const DeviceCase& dev, hipStream_t stream) const override {
+  hipError_t launch(const Case& c, const DeviceCase& dev, const gpu::DeviceSlot& slot) const override {
     gpu::ConcatArgs a;
     a.a = dev.view("a");
     a.b = dev.view("b");
@@ -239,7 +216,7 @@ class GpuConcat final : public GpuBackend {
     a.width_a = c.tensor("a").size(1);
     a.width_b = c.tensor("b").size(1);
     a.bug = bug();
-    return gpu::launch_concat(a, stream);
+    return gpu::launch_concat(a, slot.stream());
   }
 };
 
@@ -261,7 +238,7 @@ class GpuPagedAttention final : public GpuBackend {
   }
 
  protected:
-  hipError_t launch(const Case& c, const DeviceCase& dev, hipStream_t stream) const override {
+  hipError_t launch(const Case& c, const DeviceCase& dev, const gpu::DeviceSlot& slot) const override {
     const auto& p = c.get<AttentionParams>();
     gpu::AttentionArgs a;
     a.q = dev.view("q");
@@ -290,13 +267,13 @@ class GpuPagedAttention final : public GpuBackend {
     a.causal = p.causal;
     a.has_sinks = p.has_sinks;
     a.bug = bug();
-    return gpu::launch_attention(a, stream);
+    return gpu::launch_attention(a, slot.stream());
   }
 
   // As the CPU twins check them (device/src/attention_kernels.cpp, check_indices), with the same messages:
   // seq_lens within what a block-table row covers, query_start_loc non-decreasing within q. Block-table
   // entries are checked by the kernel as it reads them.
-  void check_indices(const Case& c) const override {
+  void check_case(const Case& c) const override {
     const Tensor &table = c.tensor("block_table"), &lens = c.tensor("seq_lens"),
                  &qsl = c.tensor("query_start_loc");
     const std::int64_t seqs = lens.size(0), bs = c.get<AttentionParams>().block_size;
@@ -329,9 +306,17 @@ class GpuPagedAttention final : public GpuBackend {
 };
 
 std::unique_ptr<Backend> make_gpu_backend(std::string_view kernel, GpuIdentity id) {
-  if (kernel == "gpu.rmsnorm.cuda") return std::make_unique<GpuRmsNorm>(std::move(id), false);
-  if (kernel == "gpu.rmsnorm.fused_add") return std::make_unique<GpuRmsNorm>(std::move(id), true);
-  if (kernel == "gpu.dual.fused") return std::make_unique<GpuDualRmsNormCat>(std::move(id));
+  if (kernel == "gpu.rmsnorm.cuda")
+    return std::make_unique<GpuNorm>(
+        std::move(id), PortedTwin{OpKind::kRmsNorm, twin::rmsnorm_cuda_info(), twin::rmsnorm_cuda_kernel()});
+  if (kernel == "gpu.rmsnorm.fused_add")
+    return std::make_unique<GpuNorm>(
+        std::move(id),
+        PortedTwin{OpKind::kRmsNorm, twin::rmsnorm_fused_add_info(), twin::rmsnorm_fused_add_kernel()});
+  if (kernel == "gpu.dual.fused")
+    return std::make_unique<GpuNorm>(
+        std::move(id),
+        PortedTwin{OpKind::kDualRmsNormCat, twin::dual_fused_info(), twin::dual_fused_kernel()});
   if (kernel == "gpu.concat.copy") return std::make_unique<GpuConcat>(std::move(id));
   return std::make_unique<GpuPagedAttention>(std::move(id));
 }
@@ -375,14 +360,17 @@ constexpr MutantEntry kMutants[] = {
      "eps outside the square root: 1 / sqrt(mean) + eps (as mutant.rmsnorm.eps_outside_rsqrt)"},
     {"mutant.gpu.rmsnorm.act_accumulation", "gpu.rmsnorm.cuda", GpuBug::kActAccumulation,
      "sum of squares accumulated in the activation dtype (as mutant.rmsnorm.act_accumulation)"},
-    {"mutant.gpu.rmsnorm.batch_variant_block", "gpu.rmsnorm.cuda", GpuBug::kBatchVariantBlock,
-     "vllm#48271 reduction block of 256 threads from 2 tokens on (as mutant.rmsnorm.batch_variant_block)"},
     {"mutant.gpu.rmsnorm.oob_write", "gpu.rmsnorm.cuda", GpuBug::kOobWrite,
      "out-of-bounds write one element past each row (as mutant.rmsnorm.oob_write)"},
     {"mutant.gpu.dual.weight_rounded_early", "gpu.dual.fused", GpuBug::kWeightRoundedEarly,
      "vllm#42325 act(act(x*s)*w): two roundings where one is declared (as mutant.dual.weight_rounded_early)"},
     {"mutant.gpu.dual.halves_swapped", "gpu.dual.fused", GpuBug::kHalvesSwapped,
      "norm(h) written into the first half (as mutant.dual.halves_swapped)"},
+    // The GPU rmsnorm ports switch their block at 256 tokens as vLLM's csrc kernels do and declare it, so the
+    // class breaks the batch-invariant one (the CPU mutant breaks cpu.rmsnorm.native for the same reason).
+    {"mutant.gpu.dual.batch_variant_block", "gpu.dual.fused", GpuBug::kBatchVariantBlock,
+     "vllm#48271 reduction block of 256 threads (cub order) from 2 tokens on (as "
+     "mutant.rmsnorm.batch_variant_block)"},
     {"mutant.gpu.concat.halves_swapped", "gpu.concat.copy", GpuBug::kHalvesSwapped,
      "b copied before a (as mutant.concat.halves_swapped)"},
     {"mutant.gpu.attn.masked_p_times_v", "gpu.attn.paged_online", GpuBug::kMaskedPTimesV,
@@ -408,6 +396,11 @@ constexpr MutantEntry kMutants[] = {
 };
 
 }  // namespace
+
+int gpu_warp_size() {
+  const gpu::SlotLease slot;
+  return slot->warp_size();
+}
 
 void gpu_run_on_storages(const std::vector<Storage*>& storages,
                          const std::function<void(const std::vector<void*>& device, void* stream)>& launch) {

@@ -13,9 +13,8 @@ __device__ inline DType misread_fp8(DType t) {
   return t;
 }
 
-__device__ inline float weight_at(const DeviceView& w, std::int64_t j, bool one_plus) {
-  const float wj = load(w, w.offset + j * w.stride[0]);
-  return one_plus ? 1.f + wj : wj;
+__device__ inline float weight_at(const DeviceView& w, std::int64_t j) {
+  return load(w, w.offset + j * w.stride[0]);
 }
 
 // 1 / sqrt(mean + eps) with IEEE division and square root (nvcc's and hipcc's defaults): vLLM calls rsqrtf,
@@ -27,8 +26,11 @@ __device__ inline float inverse_rms(float sum_squares, std::int64_t hidden, floa
 }
 
 // vLLM's rms_norm / fused_add_rms_norm (csrc/layernorm_kernels.cu): fp32 block reduction in the plan's
-// order; with a residual the sum z = x + r is rounded to the activation dtype, stored back into the residual,
-// and the variance is taken from the rounded z; y = act(act(z * s) * w): two roundings.
+// order (the twin's, device/gpu/norm_plan.hpp: threads from H and the token count, chunk ownership, cub's
+// tree); with a residual the sum z = x + r is rounded to the activation dtype, stored back into the residual,
+// and the variance is taken from the rounded z; y = act(act(z * s) * w): two roundings. The port reads and
+// writes element by element: where vLLM's vector accesses fault (misaligned rows), the host reports the
+// fault before launching (gpu_backends.cpp), as the twin does.
 __global__ void rmsnorm_kernel(RmsNormArgs a) {
   __shared__ float slots[kMaxBlockWarps];
   const std::int64_t row = blockIdx.x;
@@ -36,14 +38,13 @@ __global__ void rmsnorm_kernel(RmsNormArgs a) {
   const std::int64_t x_row = a.bug == GpuBug::kRowStrideIgnored ? a.x.offset + row * a.hidden * a.x.stride[1]
                                                                 : a.x.offset + row * a.x.stride[0];
   const auto x_at = [&](std::int64_t j) { return load(a.x, x_row + j * a.x.stride[1]); };
-  float ss = 0.f;
-  for_owned(a.plan, threadIdx.x, a.hidden, [&](std::int64_t j) {
+  const float ss = thread_sum_squares(a.plan, threadIdx.x, a.hidden, [&](std::int64_t j) {
     float v = x_at(j);
     if (a.has_residual) {
       v = round_act(act, v + load(a.residual, at2(a.residual, row, j)));
       store(a.residual, at2(a.residual, row, j), v);
     }
-    ss = accumulate_in(a.plan.accumulate, ss + v * v);
+    return v;
   });
   // block_total's barriers also make every thread's residual stores visible to the second pass.
   const float s = inverse_rms(block_total(a.plan, ss, slots), a.hidden, a.eps, a.bug);
@@ -51,7 +52,7 @@ __global__ void rmsnorm_kernel(RmsNormArgs a) {
     float v = a.has_residual ? load(a.residual, at2(a.residual, row, j)) : x_at(j);
     if (a.has_residual && a.bug == GpuBug::kResidualReread) v = round_act(act, x_at(j) + v);  // x + z
     const std::int64_t at = at2(a.y, row, j);
-    const float y = round_act(act, v * s) * weight_at(a.w, j, a.one_plus_weight);
+    const float y = round_act(act, v * s) * weight_at(a.w, j);
     store(a.y, at, y);
     if (a.bug == GpuBug::kOobWrite && j == a.hidden - 1 && at + a.y.stride[1] < a.y.storage_numel)
       store(a.y, at + a.y.stride[1], y);
@@ -59,7 +60,9 @@ __global__ void rmsnorm_kernel(RmsNormArgs a) {
 }
 
 // The fused layer-0 kernel of DOMAIN.md section 1: grid (rows, 2), half 0 normalises e with w_e into columns
-// [0, H), half 1 normalises h with w_h into [H, 2H); fp32 math, weight multiplied in fp32, one rounding.
+// [0, H), half 1 normalises h with w_h into [H, 2H); fp32 math, weight multiplied in fp32, one rounding. The
+// plan is cpu.dual.fused's model of tl.sum (num_warps warps from next_pow2(H), 16-byte chunks per lane,
+// descending lane trees, a tree over the warp totals).
 __global__ void dual_rmsnorm_cat_kernel(DualArgs a) {
   __shared__ float slots[kMaxBlockWarps];
   const std::int64_t row = blockIdx.x;
@@ -67,16 +70,13 @@ __global__ void dual_rmsnorm_cat_kernel(DualArgs a) {
   const DeviceView& x = second ? a.h : a.e;
   const DeviceView& w = second ? a.w_h : a.w_e;
   const DType act = a.out.dtype;
-  float ss = 0.f;
-  for_owned(a.plan, threadIdx.x, a.hidden, [&](std::int64_t j) {
-    const float v = load(x, at2(x, row, j));
-    ss = accumulate_in(a.plan.accumulate, ss + v * v);
-  });
+  const float ss = thread_sum_squares(a.plan, threadIdx.x, a.hidden,
+                                      [&](std::int64_t j) { return load(x, at2(x, row, j)); });
   const float s = inverse_rms(block_total(a.plan, ss, slots), a.hidden, a.eps, a.bug);
   const std::int64_t col0 = second != (a.bug == GpuBug::kHalvesSwapped) ? a.hidden : 0;
   for (std::int64_t j = threadIdx.x; j < a.hidden; j += blockDim.x) {
     const float v = load(x, at2(x, row, j));
-    const float wj = weight_at(w, j, a.one_plus_weight);
+    const float wj = weight_at(w, j);
     store(a.out, at2(a.out, row, col0 + j),
           a.bug == GpuBug::kWeightRoundedEarly ? round_act(act, v * s) * wj : v * s * wj);
   }

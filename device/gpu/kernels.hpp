@@ -31,13 +31,13 @@ struct DeviceView {
 enum class GpuBug : std::uint8_t {
   kNone,
   // rmsnorm
-  kRowStrideIgnored,   // rows read at r * H instead of r * row_stride
-  kResidualReread,     // second pass re-adds the residual after it was overwritten with z
-  kEpsOutsideRsqrt,    // 1 / sqrt(mean) + eps
-  kActAccumulation,    // sum of squares accumulated in the activation dtype
-  kBatchVariantBlock,  // reduction threads chosen from the token count (the launcher's plan)
-  kOobWrite,           // writes one element past each output row
+  kRowStrideIgnored,  // rows read at r * H instead of r * row_stride
+  kResidualReread,    // second pass re-adds the residual after it was overwritten with z
+  kEpsOutsideRsqrt,   // 1 / sqrt(mean) + eps
+  kActAccumulation,   // sum of squares accumulated in the activation dtype
+  kOobWrite,          // writes one element past each output row
   // dual / concat
+  kBatchVariantBlock,   // dual: a 256-thread cub block from 2 tokens on (the launcher's plan)
   kWeightRoundedEarly,  // act(act(x * s) * w) where one rounding is declared
   kHalvesSwapped,       // the two halves written in the wrong order
   // attention
@@ -57,7 +57,6 @@ struct RmsNormArgs {
   DeviceView x, w, residual, y;
   std::int64_t rows = 0, hidden = 0;
   float eps = 0;
-  bool one_plus_weight = false;
   bool has_residual = false;
   ReducePlan plan;
   GpuBug bug = GpuBug::kNone;
@@ -67,7 +66,6 @@ struct DualArgs {
   DeviceView e, h, w_e, w_h, out;
   std::int64_t rows = 0, hidden = 0;
   float eps = 0;
-  bool one_plus_weight = false;
   ReducePlan plan;
   GpuBug bug = GpuBug::kNone;
 };
@@ -96,7 +94,6 @@ struct AttentionArgs {
 
 // Threads per attention block, and so the plan of its logit reduction: head_dim <= 4 * kAttnThreads.
 inline constexpr int kAttnThreads = 128;
-inline constexpr int kMaxNormThreads = 1024;
 
 // Launchers: asynchronous on `stream`; the caller waits and checks errors. The norm kernels launch
 // args.plan.threads rounded up to whole 64-lane wavefronts (so whole warps on either platform).

@@ -32,6 +32,7 @@ inline constexpr cudaError_t hipErrorInvalidValue = cudaErrorInvalidValue;
 inline constexpr cudaError_t hipErrorNotReady = cudaErrorNotReady;
 inline constexpr cudaError_t hipErrorOutOfMemory = cudaErrorMemoryAllocation;
 inline constexpr unsigned hipHostMallocDefault = cudaHostAllocDefault;
+inline constexpr cudaDeviceAttr hipDeviceAttributeWarpSize = cudaDevAttrWarpSize;
 
 inline cudaError_t hipHostMalloc(void** p, size_t bytes, unsigned flags) {
   return cudaHostAlloc(p, bytes, flags);
@@ -50,6 +51,7 @@ inline cudaError_t hipHostMalloc(void** p, size_t bytes, unsigned flags) {
 #define hipGetDevice cudaGetDevice
 #define hipSetDevice cudaSetDevice
 #define hipGetDeviceCount cudaGetDeviceCount
+#define hipDeviceGetAttribute cudaDeviceGetAttribute
 #define hipGetErrorString cudaGetErrorString
 #define hipGetLastError cudaGetLastError
 #define hipDeviceSynchronize cudaDeviceSynchronize

@@ -61,7 +61,7 @@ ReduceOrder resolve_order(const NormKernel& k, NormBug bug, std::int64_t rows, s
   // vllm#48271's bug class on a kernel that is otherwise batch invariant: a block of 256 threads (cub order)
   // from 2 tokens on, the kernel's own order for a row alone.
   if (bug == NormBug::kBatchVariantBlock && rows >= kBatchVariantTokens)
-    o = {static_cast<int>(std::min<std::int64_t>(kBatchVariantSmallBlock, h)), 1, 32, true, false, false};
+    o = {static_cast<int>(std::min<std::int64_t>(kBatchVariantSmallBlock, h)), 1, o.warp, true, false, false};
   return o;
 }
 
@@ -169,29 +169,78 @@ Support check_layouts(const NormKernel& k, const Case& c, bool one_plus, std::st
   return Support::yes();
 }
 
+}  // namespace
+
+Support norm_supports(const NormKernel& k, const Case& c) {
+  if (c.op == OpKind::kDualRmsNormCat) {
+    Support s = check_act_dtype(c.tensor("out"), "out");
+    if (s.ok) s = same_dtype(c, c.tensor("out"), {"e", "h", "w_e", "w_h"});
+    const bool one_plus = c.get<DualRmsNormCatParams>().weight_mode == WeightMode::kOnePlus;
+    return s.ok ? check_layouts(k, c, one_plus, "") : s;
+  }
+  const auto& p = c.get<RmsNormParams>();
+  if (p.residual && k.residual == ResidualPath::kNone)
+    return Support::no(
+        "fused residual add: this kernel has none (fused_add_rms_norm is cpu.rmsnorm.fused_add)");
+  if (!p.residual && k.residual_required)
+    return Support::no(
+        "no residual: fused_add_rms_norm always adds one (plain rms_norm is cpu.rmsnorm.cuda)");
+  Support s = check_act_dtype(c.tensor("y"), "y");
+  if (s.ok) s = same_dtype(c, c.tensor("y"), {"x", "w", "residual"});
+  return s.ok ? check_layouts(k, c, p.weight_mode == WeightMode::kOnePlus, "y") : s;
+}
+
+ReduceOrder norm_order(const NormKernel& k, NormBug bug, const Case& c) {
+  if (c.op == OpKind::kDualRmsNormCat) {
+    const Tensor& e = c.tensor("e");
+    return resolve_order(k, bug, e.size(0), e.size(1), {&e, &c.tensor("h"), &c.tensor("out")});
+  }
+  const Tensor &x = c.tensor("x"), &w = c.tensor("w"), &y = c.tensor("y");
+  const std::int64_t n = x.size(0), h = x.size(1);
+  return c.get<RmsNormParams>().residual ? resolve_order(k, bug, n, h, {&x, &w, &c.tensor("residual"), &y})
+                                         : resolve_order(k, bug, n, h, {&x, &w, &y});
+}
+
+void check_norm_faults(const NormKernel& k, const ReduceOrder& o, const Case& c) {
+  // The dual chains normalise each input into a fresh contiguous buffer before the copy: only the inputs and
+  // weights can be misaligned.
+  if (c.op == OpKind::kDualRmsNormCat)
+    check_vector_alignment(
+        k, o,
+        {{"e", &c.tensor("e")}, {"h", &c.tensor("h")}, {"w_e", &c.tensor("w_e")}, {"w_h", &c.tensor("w_h")}});
+  else
+    check_vector_alignment(k, o, {{"x", &c.tensor("x")}, {"w", &c.tensor("w")}, {"y", &c.tensor("y")}});
+}
+
+Support concat_supports(const Case& c) {
+  const DType t = c.tensor("out").dtype();
+  if (c.tensor("a").dtype() != t || c.tensor("b").dtype() != t)
+    return Support::no("a, b and out must share one dtype: the copy kernel moves bytes, it does not convert");
+  return Support::yes();
+}
+
+std::vector<std::string> norm_defects(const NormKernel& k) {
+  return defects_on(k, kNormDefects);
+}
+
+bool repair_norm_defects(NormKernel& k, const std::vector<std::string>& names) {
+  return repair_defects(k, kNormDefects, names);
+}
+
+namespace {
+
 class RmsNormTwin final : public TwinBackend {
  public:
   RmsNormTwin(TwinInfo info, NormKernel kernel, NormBug bug)
       : TwinBackend(std::move(info)), kernel_(kernel), bug_(bug) {}
-  std::vector<std::string> modelled_defects() const override { return defects_on(kernel_, kNormDefects); }
+  std::vector<std::string> modelled_defects() const override { return norm_defects(kernel_); }
   std::unique_ptr<Backend> without_defects(const std::vector<std::string>& names) const override {
     NormKernel k = kernel_;
-    if (!repair_defects(k, kNormDefects, names)) return nullptr;
+    if (!repair_norm_defects(k, names)) return nullptr;
     return std::make_unique<RmsNormTwin>(info(), k, bug_);
   }
 
-  Support supports(const Case& c) const override {
-    const auto& p = c.get<RmsNormParams>();
-    if (p.residual && kernel_.residual == ResidualPath::kNone)
-      return Support::no(
-          "fused residual add: this kernel has none (fused_add_rms_norm is cpu.rmsnorm.fused_add)");
-    if (!p.residual && kernel_.residual_required)
-      return Support::no(
-          "no residual: fused_add_rms_norm always adds one (plain rms_norm is cpu.rmsnorm.cuda)");
-    Support s = check_act_dtype(c.tensor("y"), "y");
-    if (s.ok) s = same_dtype(c, c.tensor("y"), {"x", "w", "residual"});
-    return s.ok ? check_layouts(kernel_, c, p.weight_mode == WeightMode::kOnePlus, "y") : s;
-  }
+  Support supports(const Case& c) const override { return norm_supports(kernel_, c); }
 
   void run(Case& c) const override {
     const auto& p = c.get<RmsNormParams>();
@@ -205,9 +254,8 @@ class RmsNormTwin final : public TwinBackend {
                      y.dtype(),
                      static_cast<float>(p.eps),
                      p.weight_mode == WeightMode::kOnePlus,
-                     res ? resolve_order(kernel_, bug_, n, h, {&x, &w, res, &y})
-                         : resolve_order(kernel_, bug_, n, h, {&x, &w, &y})};
-    check_vector_alignment(kernel_, rn.order, {{"x", &x}, {"w", &w}, {"y", &y}});
+                     norm_order(kernel_, bug_, c)};
+    check_norm_faults(kernel_, rn.order, c);
     const ResidualPath path = rn.one_plus && kernel_.one_plus_residual != ResidualPath::kNone
                                   ? kernel_.one_plus_residual
                                   : kernel_.residual;
@@ -259,19 +307,14 @@ class DualTwin final : public TwinBackend {
  public:
   DualTwin(TwinInfo info, NormKernel kernel, NormBug bug)
       : TwinBackend(std::move(info)), kernel_(kernel), bug_(bug) {}
-  std::vector<std::string> modelled_defects() const override { return defects_on(kernel_, kNormDefects); }
+  std::vector<std::string> modelled_defects() const override { return norm_defects(kernel_); }
   std::unique_ptr<Backend> without_defects(const std::vector<std::string>& names) const override {
     NormKernel k = kernel_;
-    if (!repair_defects(k, kNormDefects, names)) return nullptr;
+    if (!repair_norm_defects(k, names)) return nullptr;
     return std::make_unique<DualTwin>(info(), k, bug_);
   }
 
-  Support supports(const Case& c) const override {
-    Support s = check_act_dtype(c.tensor("out"), "out");
-    if (s.ok) s = same_dtype(c, c.tensor("out"), {"e", "h", "w_e", "w_h"});
-    const bool one_plus = c.get<DualRmsNormCatParams>().weight_mode == WeightMode::kOnePlus;
-    return s.ok ? check_layouts(kernel_, c, one_plus, "") : s;
-  }
+  Support supports(const Case& c) const override { return norm_supports(kernel_, c); }
 
   // Both halves of a row are normalised independently (grid (rows, 2) in the fused kernel; two launches in
   // the unfused chain, whose concat copy is exact and so writes the same bits).
@@ -284,12 +327,8 @@ class DualTwin final : public TwinBackend {
                      out.dtype(),
                      static_cast<float>(p.eps),
                      p.weight_mode == WeightMode::kOnePlus,
-                     resolve_order(kernel_, bug_, n, h, {&c.tensor("e"), &c.tensor("h"), &out})};
-    // The unfused chain normalises each input into a fresh contiguous buffer before the copy: only the
-    // inputs and weights can be misaligned.
-    check_vector_alignment(
-        kernel_, rn.order,
-        {{"e", &c.tensor("e")}, {"h", &c.tensor("h")}, {"w_e", &c.tensor("w_e")}, {"w_h", &c.tensor("w_h")}});
+                     norm_order(kernel_, bug_, c)};
+    check_norm_faults(kernel_, rn.order, c);
     std::vector<float> z(static_cast<std::size_t>(h)), w(z.size()), y(z.size());
     const bool swapped = bug_ == NormBug::kHalvesSwapped;
     for (int half = 0; half < 2; ++half) {
@@ -329,13 +368,7 @@ class ConcatTwin final : public TwinBackend {
  public:
   ConcatTwin(TwinInfo info, NormBug bug) : TwinBackend(std::move(info)), bug_(bug) {}
 
-  Support supports(const Case& c) const override {
-    const DType t = c.tensor("out").dtype();
-    if (c.tensor("a").dtype() != t || c.tensor("b").dtype() != t)
-      return Support::no(
-          "a, b and out must share one dtype: the copy kernel moves bytes, it does not convert");
-    return Support::yes();
-  }
+  Support supports(const Case& c) const override { return concat_supports(c); }
 
   // A byte copy: bit-exact for every dtype, NaN payloads included.
   void run(Case& c) const override {

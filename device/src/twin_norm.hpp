@@ -77,6 +77,21 @@ enum class NormBug : std::uint8_t {
   kOutputTowardZero,      // y stored rounded toward zero instead of to nearest (a rounding-mode change)
 };
 
+// What a norm kernel decides per case (an rmsnorm or a dual_rmsnorm_cat case), shared by its twin and its GPU
+// port (device/gpu/norm_plan.hpp), so that both decline, fault and sum alike:
+// - norm_supports: the cases the modelled kernel accepts (dtypes, layouts, modes), with the twin's reasons;
+// - norm_order: the reduction order (vector width from H and the layout, threads from H and the token count,
+//   chunk ownership, trees) for warps of k.order.warp lanes, with `bug`'s change (kBatchVariantBlock);
+// - check_norm_faults: throws BackendError where the modelled kernel faults (misaligned vector rows);
+// - norm_defects / repair_norm_defects: the upstream defects k has on, and k with the named ones repaired
+//   (false when none of them is on).
+Support norm_supports(const NormKernel& k, const Case& c);
+ReduceOrder norm_order(const NormKernel& k, NormBug bug, const Case& c);
+void check_norm_faults(const NormKernel& k, const ReduceOrder& o, const Case& c);
+Support concat_supports(const Case& c);  // the copy kernel's one rule, for cpu.concat.copy and its GPU port
+std::vector<std::string> norm_defects(const NormKernel& k);
+bool repair_norm_defects(NormKernel& k, const std::vector<std::string>& names);
+
 std::unique_ptr<Backend> make_rmsnorm_backend(TwinInfo info, NormKernel kernel, NormBug bug = NormBug::kNone);
 std::unique_ptr<Backend> make_dual_backend(TwinInfo info, NormKernel kernel, NormBug bug = NormBug::kNone);
 std::unique_ptr<Backend> make_concat_backend(TwinInfo info, NormBug bug = NormBug::kNone);

@@ -16,6 +16,9 @@ void register_gpu_backends(Registry& r);
 // The mutant.gpu.* backends: each gpu.* kernel with one deliberate bug (unavailable without a GPU, like
 // their kernels).
 void register_gpu_mutants(Registry& r);
+// Lanes per warp of the calling thread's current device (32 on NVIDIA, 64 on AMD CDNA wavefronts): the
+// norm kernels' reduction order depends on it (docs/gpu/README.md).
+int gpu_warp_size();
 // Runs `launch` on device copies of `storages`, each whole (packed into the calling thread's leased device
 // slot, uploaded with one copy), with the device pointers (in the same order) and the slot's stream to launch
 // on; then checks for a launch error, waits for the stream (a device error is a BackendError) and downloads
