@@ -1,6 +1,7 @@
 #include "device_slots.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <memory>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "driftcheck/device/backend.hpp"
+#include "driftcheck/device/gpu.hpp"
 
 namespace driftcheck::gpu {
 
@@ -16,19 +18,23 @@ void check(hipError_t e, const char* what) {
   if (e != hipSuccess) throw BackendError(std::string(what) + ": " + hipGetErrorString(e));
 }
 
-bool device_present(std::string* why) {
+int device_count(std::string* why) {
   static std::once_flag once;
+  static int count = 0;
   static std::string reason;
   std::call_once(once, [] {
-    int count = 0;
     const hipError_t e = hipGetDeviceCount(&count);
     if (e != hipSuccess)
-      reason = std::string("no GPU: ") + hipGetErrorString(e);
+      count = 0, reason = std::string("no GPU: ") + hipGetErrorString(e);
     else if (count == 0)
       reason = "no GPU: no device found";
   });
   if (why && !reason.empty()) *why = reason;
-  return reason.empty();
+  return count;
+}
+
+bool device_present(std::string* why) {
+  return device_count(why) > 0;
 }
 
 DeviceSlot::DeviceSlot() {
@@ -89,9 +95,13 @@ SlotPool& pool() {
   return *p;
 }
 
+std::atomic<int> g_device{0};  // gpu_use_device()
+
 DeviceSlot* acquire() {
-  int device = 0;
-  check(hipGetDevice(&device), "hipGetDevice");
+  // The runtime's current device is per thread: each lease makes the process's GPU the calling thread's, so
+  // the copies, the launch and a device plugin's own calls all go to it.
+  const int device = g_device.load();
+  check(hipSetDevice(device), "hipSetDevice");
   SlotPool& p = pool();
   {
     const std::lock_guard<std::mutex> lock(p.mu);
@@ -161,3 +171,15 @@ void PackedRun::download() {
 }
 
 }  // namespace driftcheck::gpu
+
+namespace driftcheck {
+
+int gpu_device_count(std::string* why) {
+  return gpu::device_count(why);
+}
+
+void gpu_use_device(int ordinal) {
+  gpu::g_device.store(ordinal);
+}
+
+}  // namespace driftcheck

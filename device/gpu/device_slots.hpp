@@ -23,6 +23,8 @@ void check(hipError_t e, const char* what);
 // Whether a GPU can run anything here; when not, `why` says so ("no GPU: ..."). Asked once per process: a
 // campaign asks every backend, and the answer cannot change while it runs.
 bool device_present(std::string* why = nullptr);
+// How many GPUs this process sees (0 with the reason in `why` when none); asked once per process.
+int device_count(std::string* why = nullptr);
 
 class DeviceSlot {
  public:

@@ -25,6 +25,7 @@
 #include "campaign_shrink.hpp"
 #include "campaign_stats.hpp"
 #include "driftcheck/fuzz/journal.hpp"
+#include "driftcheck/fuzz/profiles.hpp"
 #include "thread_group.hpp"
 
 namespace driftcheck::fuzz {
@@ -52,7 +53,7 @@ void add_drift(reports::DriftStats& d, std::uint64_t index, const Evaluation& e)
 class Campaign {
  public:
   Campaign(CampaignOptions opts, Selection sel, const CampaignDir& dir)
-      : opts_(std::move(opts)), sel_(std::move(sel)), dir_(dir), findings_(dir.path()) {
+      : opts_(std::move(opts)), sel_(std::move(sel)), dir_(dir), findings_(dir.path(), opts_.gen.model) {
     // A backend named exactly but unavailable here stays selected (it must fail as zero-case) but never runs.
     std::string why;
     for (const Backend* b : sel_.backends)
@@ -67,7 +68,7 @@ class Campaign {
   void discover();
   void start_workers(ThreadGroup& threads);
   void worker();
-  void run_case(std::uint64_t k);
+  void run_case(std::uint64_t local);
   void judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
              std::vector<std::pair<const Backend*, Outputs>>& outputs);
   void on_failure(const Backend& b, const CaseSpec& spec, const PreparedCase& p, const Evaluation& e);
@@ -98,13 +99,13 @@ class Campaign {
   Clock::time_point start_ = Clock::now();
   double elapsed_offset_ = 0;  // seconds spent before a resume
 
-  std::atomic<std::uint64_t> next_index_{0};
+  std::atomic<std::uint64_t> next_index_{0};  // this shard's cases: local index j is case shard.case_index(j)
   std::atomic<bool> stop_{false};
   std::atomic<int> live_workers_{0};
   std::atomic<std::int64_t> live_cases_{0}, live_checks_{0};
 
   mutable std::mutex mu_;        // guards everything below
-  std::uint64_t watermark_ = 0;  // every case below it is done and folded into committed_
+  std::uint64_t watermark_ = 0;  // every local index below it is done and folded into committed_
   std::map<std::uint64_t, Stats> pending_;
   Stats committed_;
   std::vector<std::string> internal_errors_;  // internal errors and the failed write that stopped the run
@@ -174,10 +175,11 @@ bool Campaign::out_of_budget(std::uint64_t k) const {
 
 void Campaign::worker() {
   for (;;) {
-    const std::uint64_t k = next_index_.fetch_add(1);
+    const std::uint64_t local = next_index_.fetch_add(1);
+    const std::uint64_t k = opts_.shard.case_index(local);
     if (out_of_budget(k)) return;
     try {
-      run_case(k);
+      run_case(local);
     } catch (const std::system_error& e) {
       fail_io(e);
       return;
@@ -219,7 +221,8 @@ void Campaign::absorb(PhaseResult r) {
   internal_errors_.insert(internal_errors_.end(), r.internal_errors.begin(), r.internal_errors.end());
 }
 
-void Campaign::run_case(std::uint64_t k) {
+void Campaign::run_case(std::uint64_t local) {
+  const std::uint64_t k = opts_.shard.case_index(local);
   const OpKind op = stream_op(sel_.ops, k);
   const DrawnCase drawn = draw_locked(op, opts_.seed, k, opts_.gen);
   if (!formats_selected(drawn.spec, opts_.formats)) {
@@ -245,7 +248,7 @@ void Campaign::run_case(std::uint64_t k) {
     }
   }
   live_cases_.fetch_add(1);
-  commit(k, std::move(stats));
+  commit(local, std::move(stats));
 }
 
 void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
@@ -307,19 +310,20 @@ void Campaign::statistical_class_findings() {
       const PreparedCase p = prepare(std::move(pristine));
       Evaluation e = evaluate(*b, p);
       e.detail = fmt::format("{}{}{}", beyond->why, e.detail.empty() ? "" : ": ", e.detail);
-      const reports::FindingReport report{finding_id(b->name(), Verdict::kBeyondStatisticalBound, sig),
-                                          std::string(op_name(b->op())),
-                                          std::string(b->name()),
-                                          std::string(verdict_name(Verdict::kBeyondStatisticalBound)),
-                                          shape,
-                                          e.detail,
-                                          e.worst_ratio,
-                                          opts_.seed,
-                                          index,
-                                          elapsed(),
-                                          0,
-                                          "",
-                                          stream_replay_command(b->op(), opts_.seed, index, b->name())};
+      const reports::FindingReport report{
+          finding_id(b->name(), Verdict::kBeyondStatisticalBound, sig),
+          std::string(op_name(b->op())),
+          std::string(b->name()),
+          std::string(verdict_name(Verdict::kBeyondStatisticalBound)),
+          shape,
+          e.detail,
+          e.worst_ratio,
+          opts_.seed,
+          index,
+          elapsed(),
+          0,
+          "",
+          stream_replay_command(b->op(), opts_.seed, index, b->name(), opts_.gen.model)};
       if (findings_.add(sig, report)) findings_.save_bundle(sig, *b, drawn.spec, p.input, e, {}, false);
     }
   }
@@ -331,28 +335,29 @@ void Campaign::on_failure(const Backend& b, const CaseSpec& spec, const Prepared
   const std::string shape = shape_class(spec);
   const std::string sig = signature_of(spec.op, b.name(), e.verdict, shape);
   if (findings_.find(sig)) return;
-  const reports::FindingReport report{finding_id(b.name(), e.verdict, sig),
-                                      std::string(op_name(spec.op)),
-                                      std::string(b.name()),
-                                      std::string(verdict_name(e.verdict)),
-                                      shape,
-                                      e.detail,
-                                      e.worst_ratio,
-                                      opts_.seed,
-                                      p.input.index,
-                                      elapsed(),
-                                      0,
-                                      "",
-                                      stream_replay_command(spec.op, opts_.seed, p.input.index, b.name()),
-                                      false};
+  const reports::FindingReport report{
+      finding_id(b.name(), e.verdict, sig),
+      std::string(op_name(spec.op)),
+      std::string(b.name()),
+      std::string(verdict_name(e.verdict)),
+      shape,
+      e.detail,
+      e.worst_ratio,
+      opts_.seed,
+      p.input.index,
+      elapsed(),
+      0,
+      "",
+      stream_replay_command(spec.op, opts_.seed, p.input.index, b.name(), opts_.gen.model),
+      false};
   if (findings_.add(sig, report)) findings_.save_bundle(sig, b, spec, p.input, e, {}, false);
 }
 
 // Cases finish out of order across workers; they fold into `committed_` strictly in index order so a
-// checkpoint's `completed` means "every case below it", which is what resume skips.
-void Campaign::commit(std::uint64_t k, Stats s) {
+// checkpoint's `completed` means "every case of this shard below it", which is what resume skips.
+void Campaign::commit(std::uint64_t local, Stats s) {
   std::lock_guard lock(mu_);
-  pending_.emplace(k, std::move(s));
+  pending_.emplace(local, std::move(s));
   while (!pending_.empty() && pending_.begin()->first == watermark_) {
     committed_.merge(pending_.begin()->second);
     pending_.erase(pending_.begin());
@@ -369,7 +374,8 @@ void Campaign::monitor() {
   const auto base_cases = static_cast<std::int64_t>(watermark_);
   // A --seconds budget drives the fraction and ETA by the clock; a --cases budget by the case count.
   ProgressGoal goal;
-  if (opts_.cases) goal.units = static_cast<double>(*opts_.cases) - static_cast<double>(base_cases);
+  if (opts_.cases)
+    goal.units = static_cast<double>(opts_.shard.cases_below(*opts_.cases)) - static_cast<double>(base_cases);
   if (opts_.seconds) goal.seconds = std::max(0.0, *opts_.seconds - elapsed_offset_);
   Progress progress(opts_.log, opts_.progress, "fuzz", "cases", goal);
   const auto start = Clock::now();
@@ -489,6 +495,8 @@ void check_options(const CampaignOptions& o) {
     throw UsageError("--shrink-seconds must be a finite number of seconds >= 0");
   if (o.jobs < 0) throw UsageError("--jobs must be >= 0");
   if (o.out_dir.empty()) throw UsageError("--out must name a directory (it is empty)");
+  if (!o.gen.model.empty() && find_model_profile(o.gen.model) == nullptr)
+    throw UsageError(fmt::format("unknown model '{}' (models: {})", o.gen.model, model_profile_names()));
 }
 
 }  // namespace
@@ -501,8 +509,12 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   std::optional<CampaignDir> dir;
   if (opts.resume) {
     dir.emplace(opts.out_dir);
+    const Shard asked = opts.shard;
     apply_journal_header(opts);
     check_options(opts);
+    if (opts.shard != asked)
+      throw UsageError(fmt::format("{} holds shard {} of a campaign, not {}", opts.out_dir.string(),
+                                   opts.shard.name(), asked.name()));
   }
   if (!opts.seconds && !opts.cases) opts.seconds = kDefaultSeconds;
   if (opts.backends == nullptr) opts.backends = &registry();
@@ -531,9 +543,9 @@ CheckResult check_case(const Backend& backend, Case pristine) {
 }
 
 std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index,
-                                  std::string_view backend) {
-  return fmt::format("driftcheck replay --seed {} --case {} --op {} --backend {}", seed, index, op_name(op),
-                     backend);
+                                  std::string_view backend, std::string_view model) {
+  return fmt::format("driftcheck replay --seed {} --case {} --op {} --backend {}{}{}", seed, index,
+                     op_name(op), backend, model.empty() ? "" : " --model ", model);
 }
 
 }  // namespace driftcheck::fuzz

@@ -13,6 +13,10 @@ namespace driftcheck::fuzz {
 
 using nlohmann::json;
 
+std::string bundle_replay_command(const std::filesystem::path& bundle_dir) {
+  return fmt::format("driftcheck replay {}", bundle_dir.string());
+}
+
 std::string signature_of(OpKind op, std::string_view backend, Verdict v, const std::string& shape) {
   return fmt::format("{}|{}|{}|{}", op_name(op), backend, verdict_name(v), shape);
 }
@@ -134,8 +138,8 @@ void Findings::save_bundle(const std::string& signature, const Backend& b, const
   FindingRecord rec{id,
                     std::string(b.name()),
                     shape_class(spec),
-                    fmt::format("driftcheck replay {}", dir.string()),
-                    stream_replay_command(spec.op, seed, index, b.name()),
+                    bundle_replay_command(dir),
+                    stream_replay_command(spec.op, seed, index, b.name(), model_),
                     seed,
                     index,
                     shrink.accepted,

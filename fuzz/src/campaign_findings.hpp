@@ -34,13 +34,17 @@ struct FindingState {
   bool shrunk = false;   // the shrink phase has handled it
 };
 
+// The command that replays the bundle in `bundle_dir`.
+std::string bundle_replay_command(const std::filesystem::path& bundle_dir);
 std::string signature_of(OpKind op, std::string_view backend, Verdict v, const std::string& shape);
 // A stable directory name for a signature: readable prefix plus FNV-1a of the whole signature.
 std::string finding_id(std::string_view backend, Verdict v, const std::string& signature);
 
 class Findings {
  public:
-  explicit Findings(std::filesystem::path out_dir) : out_dir_(std::move(out_dir)) {}
+  // `model`: the campaign's model profile, named in the stream replay commands of its bundles.
+  explicit Findings(std::filesystem::path out_dir, std::string model = {})
+      : out_dir_(std::move(out_dir)), model_(std::move(model)) {}
 
   // The journal that "finding" and "bundle" records go to (set once it is open).
   void attach(Journal* journal) { journal_ = journal; }
@@ -65,6 +69,7 @@ class Findings {
 
  private:
   std::filesystem::path out_dir_;
+  std::string model_;
   Journal* journal_ = nullptr;
   mutable std::mutex mu_;
   std::map<std::string, FindingState> by_signature_;

@@ -15,16 +15,22 @@ json journal_header(const CampaignOptions& opts, const Selection& selection) {
   for (const Backend* b : selection.backends) backends.push_back(b->name());
   json formats = json::array();
   for (DType t : opts.formats) formats.push_back(dtype_name(t));
-  return {{"args",
-           {{"ops", ops},
-            {"backend_globs", opts.backend_globs},
-            {"include_mutants", opts.include_mutants},
-            {"seed", opts.seed},
-            {"seconds", opts.seconds ? json(*opts.seconds) : json(nullptr)},
-            {"cases", opts.cases ? json(*opts.cases) : json(nullptr)},
-            {"large_shapes", opts.gen.large_shapes},
-            {"formats", formats}}},
+  json args = {{"ops", ops},
+               {"backend_globs", opts.backend_globs},
+               {"include_mutants", opts.include_mutants},
+               {"seed", opts.seed},
+               {"seconds", opts.seconds ? json(*opts.seconds) : json(nullptr)},
+               {"cases", opts.cases ? json(*opts.cases) : json(nullptr)},
+               {"large_shapes", opts.gen.large_shapes},
+               {"formats", formats}};
+  if (!opts.gen.model.empty()) args["model"] = opts.gen.model;
+  if (opts.shard.sharded()) args["shard"] = {{"index", opts.shard.index}, {"count", opts.shard.count}};
+  // What the selection left out here, for `driftcheck merge` on another machine (where other backends may be
+  // available).
+  return {{"args", args},
           {"backends", backends},
+          {"unavailable", selection.unavailable},
+          {"selection_errors", selection.errors},
           {"command", opts.command_line},
           {"tool_version", kToolVersion}};
 }
@@ -51,6 +57,14 @@ void apply_header(const json& header, CampaignOptions& opts, const std::string& 
       opts.backend_globs = string_field(a, "backend_globs");
       opts.include_mutants = bool_field(a, "include_mutants");
       opts.seed = u64_field(a, "seed"), opts.gen.large_shapes = bool_field(a, "large_shapes");
+      // Journals of unsharded campaigns without a profile have neither field.
+      opts.gen.model = a.contains("model") ? string_field(a, "model") : "";
+      opts.shard = {};
+      if (a.contains("shard"))
+        within_field("shard", [&] {
+          const json& sh = object_field(a, "shard");
+          opts.shard = {u64_field(sh, "index"), u64_field(sh, "count")};
+        });
       // Journals written before --format existed have no "formats": every format.
       opts.formats.clear();
       if (a.contains("formats"))

@@ -26,28 +26,30 @@ StatisticalClass class_from_json(const json& j) {  // j is an object
 
 }  // namespace
 
+bool BackendStats::worse(double ratio, std::uint64_t index) const {
+  return run == 0 || reports::worse_case(ratio, index, worst_ratio, worst_case);
+}
+
 void BackendStats::record(const Evaluation& e, std::uint64_t index, const std::string& shape) {
+  if (worse(e.worst_ratio, index)) worst_ratio = e.worst_ratio, worst_case = index;
   ++run;
   if (e.verdict == Verdict::kPass)
     ++passed;
   else
     ++failures[std::string(verdict_name(e.verdict))];
-  if (e.worst_ratio > worst_ratio || std::isnan(e.worst_ratio))
-    worst_ratio = e.worst_ratio, worst_case = index;
   // Only cases within the worst-case bound carry statistical results (a failing case already is a finding).
   if (e.verdict == Verdict::kPass || e.verdict == Verdict::kBeyondStatisticalBound)
     stat_classes[shape].add(e.stat_p_value, index);
 }
 
 void BackendStats::merge(const BackendStats& o) {
+  if (o.run > 0 && worse(o.worst_ratio, o.worst_case)) worst_ratio = o.worst_ratio, worst_case = o.worst_case;
   run += o.run, unsupported += o.unsupported, passed += o.passed, seconds += o.seconds;
   for (const auto& [c, t] : o.stat_classes) stat_classes[c].merge(t);
   for (const auto& [r, n] : o.reasons) reasons[r] += n;
   for (const auto& [v, n] : o.failures) failures[v] += n;
   for (const auto& [f, d] : o.drift) drift[f].merge(d);
   for (const auto& [id, n] : o.known) known[id] += n;
-  if (o.worst_ratio > worst_ratio || std::isnan(o.worst_ratio))
-    worst_ratio = o.worst_ratio, worst_case = o.worst_case;
   while (reasons.size() > kMaxReasons)
     reasons.erase(std::min_element(reasons.begin(), reasons.end(),
                                    [](const auto& a, const auto& b) { return a.second < b.second; }));

@@ -37,6 +37,9 @@ struct BackendStats {
   // failures by verdict, worst ratio, the statistical tier's class counts.
   void record(const Evaluation& e, std::uint64_t index, const std::string& shape);
   void merge(const BackendStats& o);
+  // Whether case `index` with `ratio` would be the new worst case (reports::worse_case: independent of the
+  // order cases are folded in).
+  bool worse(double ratio, std::uint64_t index) const;
   nlohmann::json to_json() const;
   static BackendStats from_json(const nlohmann::json& j);  // throws FieldError (json_fields.hpp)
 };

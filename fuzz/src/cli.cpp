@@ -17,6 +17,7 @@
 #include "driftcheck/fuzz/exchange.hpp"
 #include "driftcheck/fuzz/input_error.hpp"
 #include "driftcheck/fuzz/journal.hpp"
+#include "driftcheck/fuzz/profiles.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -33,6 +34,8 @@ struct FuzzArgs {
   bool mutants = false;
   bool resume = false;
   std::string known_findings;  // empty: the list built into the binary
+  std::string model;
+  ShardArgs shard;
   ProgressArgs progress;
   std::string corpus;
 };
@@ -43,6 +46,7 @@ struct ReplayArgs {
   std::optional<std::uint64_t> seed;
   std::optional<std::uint64_t> index;
   std::string op;
+  std::string model;
 };
 
 // The declared numerics that matter for the backend's op, as one line.
@@ -85,6 +89,9 @@ int list_command(std::ostream& out) {
         supports.empty() ? "(not summarised)" : supports);
     if (!origin.empty()) out << fmt::format("      from: {}\n", origin);
   }
+  out << "\nmodels (driftcheck fuzz --model NAME: their real shapes in 4 cases of 5):\n";
+  for (const ModelProfile& m : model_profiles())
+    out << fmt::format("  {}\n      {}\n", m.name, m.description);
   out << "\nmutants (driftcheck fuzz --mutants):\n";
   for (const auto& b : registry().all()) {
     if (b->kind() != BackendKind::kMutant) continue;
@@ -118,9 +125,8 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
   CampaignOptions o;
   o.ops = parse_op_list(a.ops);
   o.backend_globs = a.backends, o.include_mutants = a.mutants;
-  o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs;
+  o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs, o.gen.model = a.model;
   o.shrink_seconds = a.shrink_seconds;
-  o.out_dir = a.out, o.resume = a.resume, o.command_line = command;
   o.log = a.progress.quiet ? nullptr : &err, o.progress = a.progress.style(tty);
   KnownFindings known;
   if (!a.known_findings.empty()) {
@@ -131,6 +137,8 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
     }
     o.known_findings = &known;
   }
+  o.shard = apply_shard_options(a.shard, o.log);
+  o.out_dir = shard_dir(a.out, o.shard), o.resume = a.resume, o.command_line = command;
   o.interrupt = &interrupted;
   catch_interrupts();
   const CampaignResult r = run_campaign(o);
@@ -183,7 +191,11 @@ int replay_command(const ReplayArgs& a, std::ostream& out) {
   const Backend& b = find_backend(a.backend);
   if (b.op() != op)
     throw UsageError(fmt::format("backend {} runs {}, not {}", a.backend, op_name(b.op()), a.op));
-  const CaseSpec spec = draw_case(op, *a.seed, *a.index).value();
+  GenOptions gen;
+  gen.model = a.model;
+  if (!gen.model.empty() && find_model_profile(gen.model) == nullptr)
+    throw UsageError(fmt::format("unknown model '{}' (models: {})", gen.model, model_profile_names()));
+  const CaseSpec spec = draw_case(op, *a.seed, *a.index, gen).value();
   Case c = materialize(spec);
   c.seed = *a.seed, c.index = *a.index;
   out << fmt::format("replaying seed {} case {} ({}) on {}\n", *a.seed, *a.index, shape_class(spec),
@@ -209,8 +221,12 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
   cmd.add_option(
       "--known-findings", a.known_findings,
       "known upstream findings to report apart (TOML, docs/FINDINGS.md; default: the built-in list)");
+  auto* model = cmd.add_option(
+      "--model", a.model, "draw a model's real shapes in most cases (driftcheck list shows the profiles)");
   // A resumed campaign keeps the stream it was started with; only budgets may change.
-  cmd.add_flag("--resume", a.resume, "continue the campaign journaled in --out")->excludes(op, be, seed, mut);
+  cmd.add_flag("--resume", a.resume, "continue the campaign journaled in --out")
+      ->excludes(op, be, seed, mut, model);
+  add_shard_options(cmd, a.shard);
   add_progress_options(cmd, a.progress);
   cmd.add_option("--corpus", a.corpus, "add every shrunk finding to this regression corpus (docs/GATE.md)");
 }
@@ -221,6 +237,7 @@ void add_replay_options(CLI::App& cmd, ReplayArgs& a) {
   cmd.add_option("--seed", a.seed, "stream replay: campaign seed")->check(uint64_text());
   cmd.add_option("--case", a.index, "stream replay: case index")->check(uint64_text());
   cmd.add_option("--op", a.op, "stream replay: op of the case");
+  cmd.add_option("--model", a.model, "stream replay: the campaign's model profile");
 }
 
 int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool tty) {
@@ -248,6 +265,7 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
                               add_golden_command(app, ctx, backend_args),
                               add_compare_command(app, ctx)};
   add_backend_options(*commands[7].app, backend_args, true);  // compare: a real kernel is often external
+                              add_merge_command(app, ctx, backend_args)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -1,8 +1,10 @@
 #include <filesystem>
+#include <ostream>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "driftcheck/device/gpu.hpp"
 #include "driftcheck/device/plugin_backend.hpp"
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/external/isolate.hpp"
@@ -92,6 +94,45 @@ void extend_backends(const BackendArgs& a) {
   } catch (const InvalidArgument& e) {
     throw UsageError(e.what());
   }
+}
+
+void add_shard_options(CLI::App& cmd, ShardArgs& a) {
+  cmd.add_option("--shard", a.shard,
+                 "run shard I of N of the case stream (I/N), or take it from the launcher: auto (mpirun, "
+                 "srun, Slurm job arrays), auto/N (Kubernetes indexed Jobs); writes into OUT/shard-I-of-N");
+  cmd.add_option("--device", a.device, "GPU to run on: an ordinal, or auto (the launcher's local rank)");
+}
+
+namespace {
+
+// The GPUs this process sees; 0, with the reason, in a build without GPU support.
+int visible_gpus(std::string* why) {
+#if DRIFTCHECK_HAVE_GPU
+  return gpu_device_count(why);
+#else
+  *why = "this driftcheck was built without GPU support";
+  return 0;
+#endif
+}
+
+}  // namespace
+
+Shard apply_shard_options(const ShardArgs& a, std::ostream* log) {
+  const Environment env = process_environment();
+  const Shard shard = a.shard.empty() ? Shard{} : parse_shard(a.shard, env);
+  if (a.device.empty()) return shard;
+  std::string why, note;
+  const int count = visible_gpus(&why);
+  if (count == 0 && a.device != "auto")
+    throw UsageError(fmt::format("--device {}: no GPU to select ({})", a.device, why));
+  const int device = resolve_device(a.device, env, count, &note);
+#if DRIFTCHECK_HAVE_GPU
+  if (count > 0) gpu_use_device(device);
+#endif
+  if (log && !note.empty()) *log << "driftcheck: warning: " << note << "\n";
+  if (log && count > 0 && shard.sharded())
+    *log << fmt::format("driftcheck: shard {} on GPU {} of {}\n", shard.name(), device, count);
+  return shard;
 }
 
 }  // namespace driftcheck::fuzz

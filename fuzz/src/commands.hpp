@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "driftcheck/fuzz/progress.hpp"
+#include "driftcheck/fuzz/shard.hpp"
 
 namespace driftcheck::fuzz {
 
@@ -61,6 +62,16 @@ void add_backend_options(CLI::App& cmd, BackendArgs& a, bool isolate);
 // Start-up, before anything reads the registry. Throws BackendFileError / UsageError.
 void extend_backends(const BackendArgs& a);
 
+// --shard I/N|auto|auto/N and --device N|auto of `fuzz` (shard.hpp).
+struct ShardArgs {
+  std::string shard;
+  std::string device;
+};
+void add_shard_options(CLI::App& cmd, ShardArgs& a);
+// The shard the flags and the launcher's environment name (unsharded without --shard); selects the GPU of
+// --device for every GPU run of this process and notes both on `log`. Throws UsageError.
+Shard apply_shard_options(const ShardArgs& a, std::ostream* log);
+
 Command add_accept_command(CLI::App& app, const CliContext& ctx);  // accept (cmd_accept.cpp)
 Command add_worker_command(CLI::App& app, const CliContext& ctx);  // worker (cmd_worker.cpp)
 Command add_export_command(CLI::App& app, const CliContext& ctx);  // export (cmd_export.cpp)
@@ -72,5 +83,8 @@ Command add_corpus_command(CLI::App& app, const CliContext& ctx);    // corpus a
 // golden verify / update (cmd_golden.cpp): verify takes --backends / --isolate into `backends`.
 Command add_golden_command(CLI::App& app, const CliContext& ctx, BackendArgs& backends);
 Command add_compare_command(CLI::App& app, const CliContext& ctx);  // compare (cmd_compare.cpp)
+// merge (cmd_merge.cpp): takes --backends / --plugin into `backends` (the shards' external backends, by
+// name).
+Command add_merge_command(CLI::App& app, const CliContext& ctx, BackendArgs& backends);
 
 }  // namespace driftcheck::fuzz

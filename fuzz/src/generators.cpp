@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "driftcheck/fuzz/profiles.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 
 namespace driftcheck::fuzz {
@@ -305,6 +306,123 @@ std::string special_suffix(const CaseSpec& s) {
   return s.special == Special::kNone ? "" : fmt::format("/{}", special_name(s.special));
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Model profiles (profiles.hpp): a model's real shapes. Drawn only with --model, so the default stream above
+// keeps its draw order.
+
+// One case's work at real sizes is bounded: keys read over the batch (one 128k context, or many shorter ones)
+// and query-key pairs (speculative and prefill queries times their contexts). At the bound a MiniMax-M3 case
+// is a few GFLOP of fp64 reference and, with the metamorphic re-runs, tens of seconds of CPU twins on one
+// core (2 jobs ran 24 minimax-m3 cases in 622 s with a pair bound of 256k); the GPU reference and kernels
+// take milliseconds. Prefill chunks are therefore shorter than a serving engine's (a 2k-token chunk at a 64k
+// context is 1000x the pair budget), and contexts beyond 16k come in 2 cases of 9.
+constexpr std::int64_t kModelKeyBudget = 131072;
+constexpr std::int64_t kModelPairBudget = 131072;
+
+std::int64_t draw_model_context(const ModelProfile& m) {
+  using I = std::int64_t;
+  return *weightedOneOf<I>({w(4, inRange<I>(1, 2049)), w(3, inRange<I>(2049, 16385)),
+                            w(1, inRange<I>(16385, 65537)), w(1, inRange<I>(65537, m.max_context + 1))});
+}
+
+// A forward step's sequences: decode (one query each), speculative verification (k + 1 queries, k the
+// model's), a prefill chunk, or a mix of them, as a continuous-batching engine schedules them.
+void draw_model_batch(CaseSpec& s, const ModelProfile& m) {
+  using I = std::int64_t;
+  const int mode = *weightedElement<int>({{3, 0}, {4, 1}, {1, 2}, {2, 3}});
+  const I seqs =
+      *weightedOneOf<I>({w(3, rc::gen::just<I>(1)), w(3, inRange<I>(2, 9)), w(2, inRange<I>(9, 65))});
+  I keys_left = kModelKeyBudget, pairs_left = kModelPairBudget;
+  for (I i = 0; i < seqs; ++i) {
+    const I len = std::min(draw_model_context(m), std::max<I>(1, keys_left / (seqs - i)));
+    const int kind = mode == 3 ? *inRange<int>(0, 3) : mode;
+    I q = 1;
+    if (kind == 1) q = *inRange<I>(m.spec_min, m.spec_max + 1) + 1;
+    if (kind == 2) q = *inRange<I>(1, 257);
+    q = std::min({q, len, std::max<I>(1, pairs_left / (seqs - i) / len)});
+    s.query_lens.push_back(q);
+    s.seq_lens.push_back(len);
+    keys_left -= len, pairs_left = std::max<I>(0, pairs_left - q * len);
+  }
+}
+
+CaseSpec draw_model_attention(const ModelProfile& m) {
+  using I = std::int64_t;
+  CaseSpec s;
+  s.op = OpKind::kAttention;
+  s.act_dtype = m.act_dtype, s.kv_dtype = m.kv_dtype;
+  AttentionParams p;
+  p.num_q_heads = m.q_heads, p.num_kv_heads = m.kv_heads, p.head_dim = m.head_dim,
+  p.block_size = m.block_size;
+  p.scale = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
+  p.causal = true;
+  p.window =
+      m.window > 0 && *element(false, true) ? m.window : 0;  // windowed layers alternate with full ones
+  p.has_sinks = m.sinks;
+  if (is_fp8(s.kv_dtype)) {  // per-tensor scales of a calibrated cache
+    p.k_scale = *element(1.0, 0.5, 0.0625, 0.017);
+    p.v_scale = *element(1.0, 0.5, 0.0625, 0.017);
+  }
+  s.params = p;
+  draw_model_batch(s, m);
+  s.spare_blocks = *inRange<I>(0, 9);
+  s.block_table_seed = *inRange<std::uint64_t>(1, 1u << 30);  // an engine's pages are scattered
+  s.distribution = *weightedElement<Distribution>(
+      {{6, Distribution::kNormal}, {2, Distribution::kOutlierChannels}, {1, Distribution::kLargeLogits}});
+  s.value_seed = *rc::gen::arbitrary<std::uint64_t>();
+  draw_attention_layouts(s);
+  return s;
+}
+
+// The norms and the concat at the model's width over the tokens of one step: a decode batch, its
+// speculative verification, or a prefill chunk.
+CaseSpec draw_model_rows(OpKind op, const ModelProfile& m) {
+  using I = std::int64_t;
+  CaseSpec s;
+  s.op = op;
+  s.act_dtype = s.kv_dtype = m.act_dtype;
+  s.hidden = s.hidden_b = m.hidden;
+  s.rows = *weightedOneOf<I>(
+      {w(3, inRange<I>(1, 17)), w(3, inRange<I>(17, 257)), w(1, element<I>(512, 1024, 2048))});
+  s.distribution = *weightedElement<Distribution>(
+      {{6, Distribution::kNormal}, {3, Distribution::kOutlierChannels}, {1, Distribution::kNearConstant}});
+  s.value_seed = *rc::gen::arbitrary<std::uint64_t>();
+  if (op == OpKind::kRmsNorm) {
+    // vLLM's fused_add_rms_norm updates x and the residual in place.
+    s.params = RmsNormParams{m.rms_eps, WeightMode::kPlain, *element(false, true)};
+    s.inplace_output = *element(false, true);
+  } else if (op == OpKind::kDualRmsNormCat) {
+    s.params = DualRmsNormCatParams{m.rms_eps, WeightMode::kPlain};
+  } else {
+    s.params = ConcatParams{};
+  }
+  return s;
+}
+
+CaseSpec draw_default(OpKind op, const GenOptions& opts);
+
+// A profile's real shapes in 4 cases of 5; the default generator's small edge cases in the rest.
+CaseSpec draw_for_model(OpKind op, const GenOptions& opts) {
+  const ModelProfile* m = find_model_profile(opts.model);
+  if (m == nullptr) throw InvalidArgument(fmt::format("unknown model profile '{}'", opts.model));
+  if (!*weightedElement<bool>({{4, true}, {1, false}})) return draw_default(op, opts);
+  return op == OpKind::kAttention ? draw_model_attention(*m) : draw_model_rows(op, *m);
+}
+
+CaseSpec draw_default(OpKind op, const GenOptions& opts) {
+  switch (op) {
+    case OpKind::kRmsNorm:
+      return draw_rmsnorm(opts);
+    case OpKind::kConcat:
+      return draw_concat(opts);
+    case OpKind::kDualRmsNormCat:
+      return draw_dual(opts);
+    case OpKind::kAttention:
+      return draw_attention(opts);
+  }
+  return draw_rmsnorm(opts);
+}
+
 std::string_view attention_mode(const CaseSpec& s) {
   const bool any_decode =
       std::any_of(s.query_lens.begin(), s.query_lens.end(), [](auto q) { return q == 1; });
@@ -364,19 +482,8 @@ std::recursive_mutex& generation_mutex() {
 }
 
 rc::Gen<CaseSpec> gen_case_spec(OpKind op, const GenOptions& opts) {
-  return rc::gen::exec([op, opts] {
-    switch (op) {
-      case OpKind::kRmsNorm:
-        return draw_rmsnorm(opts);
-      case OpKind::kConcat:
-        return draw_concat(opts);
-      case OpKind::kDualRmsNormCat:
-        return draw_dual(opts);
-      case OpKind::kAttention:
-        return draw_attention(opts);
-    }
-    return draw_rmsnorm(opts);
-  });
+  return rc::gen::exec(
+      [op, opts] { return opts.model.empty() ? draw_default(op, opts) : draw_for_model(op, opts); });
 }
 
 // RapidCheck's size 100 is its nominal maximum: ranges are drawn in full and stay within the safe size limit.

@@ -81,11 +81,17 @@ void DriftStats::merge(const DriftStats& o) {
       it->second.cases += c.cases, it->second.first_case = std::min(it->second.first_case, c.first_case);
   }
   // NaN ratios never come from the oracle (a NaN output has an infinite ratio), but must not hide a case.
-  if (first || o.worst_ratio > worst_ratio || (std::isnan(o.worst_ratio) && !std::isnan(worst_ratio)))
+  if (first || worse_case(o.worst_ratio, o.worst_case, worst_ratio, worst_case))
     worst_ratio = o.worst_ratio, worst_case = o.worst_case;
   ratios.merge(o.ratios);
   signed_ulps_sum += o.signed_ulps_sum, signed_ulps_cases += o.signed_ulps_cases;
   max_share_beyond = std::max(max_share_beyond, o.max_share_beyond);
+}
+
+bool worse_case(double ratio, std::uint64_t index, double worst_ratio, std::uint64_t worst_case) {
+  if (std::isnan(ratio) != std::isnan(worst_ratio)) return std::isnan(ratio);
+  if (std::isnan(ratio) || ratio == worst_ratio) return index < worst_case;
+  return ratio > worst_ratio;
 }
 
 std::int64_t DriftStats::failed() const {

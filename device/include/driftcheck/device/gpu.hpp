@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "driftcheck/device/backend.hpp"
@@ -12,6 +13,12 @@
 namespace driftcheck {
 
 #if DRIFTCHECK_HAVE_GPU
+// GPUs this process sees (after CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES); 0 when there is none or the
+// runtime cannot start, with the reason in `why`.
+int gpu_device_count(std::string* why = nullptr);
+// Every later GPU run of this process (backends, the GPU fp64 reference, device plugins) goes to GPU
+// `ordinal` (0 <= ordinal < gpu_device_count()), whichever thread makes it. Without a call: GPU 0.
+void gpu_use_device(int ordinal);
 void register_gpu_backends(Registry& r);
 // The mutant.gpu.* backends: each gpu.* kernel with one deliberate bug (unavailable without a GPU, like
 // their kernels).

@@ -24,6 +24,7 @@
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/progress.hpp"
+#include "driftcheck/fuzz/shard.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 #include "driftcheck/reports/report.hpp"
 
@@ -39,6 +40,9 @@ struct CampaignOptions {
   std::optional<double> seconds;       // budget; with neither seconds nor cases, kDefaultSeconds
   std::optional<std::uint64_t> cases;  // total case indices, resumed ones included
   std::uint64_t seed = 1;
+  // This process runs the case indices k with k % shard.count == shard.index; `cases` stays the total over
+  // all shards, so the shards of `--cases N` together run exactly the unsharded campaign's cases.
+  Shard shard;
   int jobs = 0;  // 0: one per hardware thread
   std::filesystem::path out_dir = "driftcheck-out";
   bool resume = false;
@@ -101,7 +105,7 @@ CheckResult check_case(const Backend& backend, Case pristine);
 
 // The command that replays case `index` of seed `seed` alone.
 std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index,
-                                  std::string_view backend);
+                                  std::string_view backend, std::string_view model = {});
 
 // The storage formats of a case, the key of its drift statistics: the activation format ("bf16"), and for
 // attention with a KV cache in another format both ("bf16+fp8_e4m3fn").

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include <rapidcheck.h>
@@ -95,6 +96,9 @@ void from_json(const nlohmann::json& j, CaseSpec& s);  // throws InvalidArgument
 // Options that bound generation (kept inside RapidCheck's safe size range, max_size <= 100).
 struct GenOptions {
   bool large_shapes = true;  // include drafter-sized widths (4096, 6144, 8192) and long contexts
+  // A model profile's name (profiles.hpp): its real shapes in most cases. Empty: the default stream, which no
+  // profile changes.
+  std::string model;
 };
 
 rc::Gen<CaseSpec> gen_case_spec(OpKind op, const GenOptions& opts = {});

@@ -58,7 +58,7 @@ struct DriftStats {
   // output's mean signed ulps (bias) and share of elements beyond tolerance.
   void add(std::uint64_t case_index, const std::string& failing_verdict, double worst_ratio,
            double mean_signed_ulps, double share_beyond);
-  // Folds `o` in; `o` holds later cases than *this (ties in worst_ratio keep the earlier case).
+  // Folds `o` in, in any order: the worst case is the lowest index among the worst ratios (worse_case()).
   void merge(const DriftStats& o);
   // The histogram's quantile is a bin edge, up to 3.1% above the true one: never more than the largest ratio.
   double p99_ratio() const { return std::min(ratios.quantile(0.99), worst_ratio); }
@@ -67,6 +67,12 @@ struct DriftStats {
   }
   std::int64_t failed() const;
 };
+
+// Whether case `index` with `ratio` is worse than the worst case held (`worst_ratio` at `worst_case`): a
+// larger ratio, NaN above every number, or the same ratio at a lower case index. The worst case is then a
+// function of the set of cases, not of the order they are folded in, so a sharded campaign's statistics merge
+// into exactly those of the unsharded one (docs/CAMPAIGN.md).
+bool worse_case(double ratio, std::uint64_t index, double worst_ratio, std::uint64_t worst_case);
 
 // JSON with non-finite numbers as strings ("inf"), as everywhere in driftcheck's files.
 nlohmann::json to_json(const DriftStats& s);
