@@ -22,12 +22,6 @@
 namespace driftcheck::fuzz {
 namespace {
 
-GenOptions small_shapes() {
-  GenOptions g;
-  g.large_shapes = false;
-  return g;
-}
-
 enum class Behaviour { kExact, kZero, kNever, kOffline };
 
 class TestBackend : public Backend {
@@ -134,7 +128,7 @@ TEST(Campaign, CaseKReplaysAloneAndEveryFindingHasABundle) {
   const Backend& zero = *test_registry().find("test.rmsnorm.zero");
   for (const auto& f : r.report.findings) {
     // The stream case, drawn on its own, fails the same way.
-    Case c = materialize(draw_case(OpKind::kRmsNorm, f.seed, f.case_index, small_shapes()).value());
+    Case c = materialize(draw_case(OpKind::kRmsNorm, f.seed, f.case_index, {false}).value());
     const CheckResult alone = check_case(zero, std::move(c));
     ASSERT_TRUE(alone.support.ok);
     EXPECT_EQ(verdict_name(alone.evaluation.verdict), f.verdict);
@@ -153,9 +147,9 @@ TEST(Campaign, CaseKReplaysAloneAndEveryFindingHasABundle) {
 }
 
 TEST(Campaign, DrawingCaseKDoesNotDependOnWhatWasDrawnBefore) {
-  nlohmann::json late = draw_case(OpKind::kRmsNorm, 5, 11, small_shapes()).value();
-  for (std::uint64_t k = 0; k < 11; ++k) (void)draw_case(OpKind::kRmsNorm, 5, k, small_shapes()).value();
-  EXPECT_EQ(late, nlohmann::json(draw_case(OpKind::kRmsNorm, 5, 11, small_shapes()).value()));
+  nlohmann::json late = draw_case(OpKind::kRmsNorm, 5, 11, {false}).value();
+  for (std::uint64_t k = 0; k < 11; ++k) (void)draw_case(OpKind::kRmsNorm, 5, k, {false}).value();
+  EXPECT_EQ(late, nlohmann::json(draw_case(OpKind::kRmsNorm, 5, 11, {false}).value()));
 }
 
 TEST(Campaign, DeduplicatesBySignature) {
@@ -166,7 +160,7 @@ TEST(Campaign, DeduplicatesBySignature) {
   std::set<std::string> expected;
   std::int64_t failing = 0;
   for (std::uint64_t k = 0; k < kCases; ++k) {
-    const CaseSpec spec = draw_case(OpKind::kRmsNorm, 5, k, small_shapes()).value();
+    const CaseSpec spec = draw_case(OpKind::kRmsNorm, 5, k, {false}).value();
     const CheckResult c = check_case(zero, materialize(spec));
     if (!is_failure(c.evaluation.verdict)) continue;
     ++failing;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <rapidcheck.h>
@@ -95,6 +96,10 @@ void from_json(const nlohmann::json& j, CaseSpec& s);  // throws InvalidArgument
 
 // Options that bound generation (kept inside RapidCheck's safe size range, max_size <= 100).
 struct GenOptions {
+  // GenOptions{false} (small shapes) reads as before the profiles came.
+  GenOptions(bool large = true, std::string profile = {})  // NOLINT(google-explicit-constructor)
+      : large_shapes(large), model(std::move(profile)) {}
+
   bool large_shapes = true;  // include drafter-sized widths (4096, 6144, 8192) and long contexts
   // A model profile's name (profiles.hpp): its real shapes in most cases. Empty: the default stream, which no
   // profile changes.
