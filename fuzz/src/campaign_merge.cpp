@@ -192,7 +192,8 @@ CampaignResult merge_campaigns(const MergeOptions& options) {
   for (auto& [sig, f] : findings)
     if (copy_bundle(*found_in[sig], f, options.out_dir))
       f.report.replay = bundle_replay_command(options.out_dir / f.report.bundle);
-  reports::Report report = build_report({opts, sel, stats, cases, seconds, findings, internal_errors});
+  const KnownFindings& known = options.known_findings ? *options.known_findings : builtin_known_findings();
+  reports::Report report = build_report({opts, sel, stats, cases, seconds, findings, internal_errors, known});
   reports::write_reports(report, options.out_dir);
   if (options.log)
     *options.log << fmt::format("driftcheck: merged {} shard{} of seed {} ({} cases)\n", shards.size(),

@@ -121,6 +121,18 @@ void catch_interrupts() {
   std::signal(SIGTERM, on_interrupt);
 }
 
+}  // namespace
+
+KnownFindings known_findings_option(const std::string& path) {
+  try {
+    return read_known_findings(path);
+  } catch (const InvalidArgument& e) {
+    throw UsageError(e.what());  // a malformed list: bad input, exit 2
+  }
+}
+
+namespace {
+
 int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& err, bool tty) {
   CampaignOptions o;
   o.ops = parse_op_list(a.ops);
@@ -129,14 +141,7 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
   o.shrink_seconds = a.shrink_seconds;
   o.log = a.progress.quiet ? nullptr : &err, o.progress = a.progress.style(tty);
   KnownFindings known;
-  if (!a.known_findings.empty()) {
-    try {
-      known = read_known_findings(a.known_findings);
-    } catch (const InvalidArgument& e) {
-      throw UsageError(e.what());  // a malformed list: bad input, exit 2
-    }
-    o.known_findings = &known;
-  }
+  if (!a.known_findings.empty()) known = known_findings_option(a.known_findings), o.known_findings = &known;
   o.shard = apply_shard_options(a.shard, o.log);
   o.out_dir = shard_dir(a.out, o.shard), o.resume = a.resume, o.command_line = command;
   o.interrupt = &interrupted;
@@ -263,9 +268,9 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
                               add_baseline_command(app, ctx),
                               add_corpus_command(app, ctx),
                               add_golden_command(app, ctx, backend_args),
-                              add_compare_command(app, ctx)};
-  add_backend_options(*commands[7].app, backend_args, true);  // compare: a real kernel is often external
+                              add_compare_command(app, ctx),
                               add_merge_command(app, ctx, backend_args)};
+  add_backend_options(*commands[7].app, backend_args, true);  // compare: a real kernel is often external
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/progress.hpp"
 #include "driftcheck/fuzz/shard.hpp"
 
@@ -71,6 +72,9 @@ void add_shard_options(CLI::App& cmd, ShardArgs& a);
 // The shard the flags and the launcher's environment name (unsharded without --shard); selects the GPU of
 // --device for every GPU run of this process and notes both on `log`. Throws UsageError.
 Shard apply_shard_options(const ShardArgs& a, std::ostream* log);
+
+// --known-findings FILE of fuzz and merge (docs/FINDINGS.md). Throws UsageError for a malformed list.
+KnownFindings known_findings_option(const std::string& path);
 
 Command add_accept_command(CLI::App& app, const CliContext& ctx);  // accept (cmd_accept.cpp)
 Command add_worker_command(CLI::App& app, const CliContext& ctx);  // worker (cmd_worker.cpp)

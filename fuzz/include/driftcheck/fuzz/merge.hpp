@@ -22,6 +22,8 @@ struct MergeOptions {
   std::string command_line;            // recorded in the report
   std::ostream* log = nullptr;         // summary and warnings (nullptr: silent)
   const Registry* backends = nullptr;  // nullptr: the built-in registry()
+  // The known findings the shards reported apart (fuzz --known-findings); nullptr: the built-in list.
+  const KnownFindings* known_findings = nullptr;
 };
 
 // Throws UsageError (missing, duplicate or mismatched shards, an unfinished shard, an out_dir in use) or
