@@ -190,12 +190,16 @@ __global__ void attention_kernel(AttentionArgs a) {
     }
     m = m_new;
   }
-  const float inv = l > 0.f ? a.v_scale / l : 0.f;  // a row with no key and no sink: o = 0, lse = -inf
+  // A row with no key and no sink (l exactly 0): o = 0, lse = -inf. A NaN logit makes l NaN (fmaxf drops it
+  // from the max, exp does not): that row's o and lse are NaN, as the reference's are, never the empty row's
+  // 0 / -inf.
+  const bool empty = l == 0.f;
+  const float inv = empty ? 0.f : a.v_scale / l;
   for (int i = 0; i < kMaxDimsPerThread; ++i) {
     const std::int64_t d = threadIdx.x + static_cast<std::int64_t>(i) * blockDim.x;
     if (d < a.head_dim) store(a.o, at3(a.o, token, head, d), acc[i] * inv);
   }
-  if (threadIdx.x == 0) store(a.lse, at2(a.lse, token, head), l > 0.f ? m + logf(l) : -INFINITY);
+  if (threadIdx.x == 0) store(a.lse, at2(a.lse, token, head), empty ? -INFINITY : m + logf(l));
 }
 
 // Whole 64-lane wavefronts (two 32-lane warps on NVIDIA): every lane of a warp takes part in the shuffles.
