@@ -105,15 +105,66 @@ TEST(Cli, MutantFindingReplaysFromItsBundleAndFromTheStream) {
                                   " --cases 8 --jobs 2 --out " + out.string());
   ASSERT_EQ(fuzz.code, 1) << fuzz.err;
   const auto report = nlohmann::json::parse(slurp(out / "report.json"));
-  ASSERT_FALSE(report.at("findings").empty());
-  const auto& f = report.at("findings")[0];
-  const std::string bundle = (out / f.at("bundle").get<std::string>()).string();
+  ASSERT_FALSE(report.at("groups").empty());
+  // The worst group's representative: the shrunk case.
+  const auto& g = report.at("groups")[0];
+  const std::string bundle = (out / g.at("representative").get<std::string>()).string();
   EXPECT_EQ(driftcheck("replay " + bundle).code, 1);
   EXPECT_EQ(driftcheck("replay " + bundle + " --backend " + std::string(mutant->mutates())).code, 0);
+  const auto& f = report.at("findings")[0];
   const Outcome stream =
       driftcheck("replay --seed 1 --case " + std::to_string(f.at("case_index").get<std::uint64_t>()) +
                  " --op concat --backend " + std::string(mutant->name()));
   EXPECT_EQ(stream.code, 1) << stream.out;
+}
+
+// `driftcheck report` over a campaign: every campaign writes report.html itself; the command writes the HTML,
+// Markdown and JSON of one or several runs, exits 1 when a run found drift, and 2 with one line for a
+// directory that holds no run.
+TEST(Cli, ReportOverCampaignOutputs) {
+  const driftcheck::Backend* mutant = first_mutant_of(driftcheck::OpKind::kConcat);
+  ASSERT_NE(mutant, nullptr);
+  const auto out = scratch() / "report_campaign";
+  ASSERT_EQ(driftcheck("fuzz --backend " + std::string(mutant->name()) + " --cases 8 --jobs 2 --out " +
+                       out.string())
+                .code,
+            1);
+  EXPECT_NE(slurp(out / "report.html").find("driftcheck divergence report"), std::string::npos);
+  const auto html = scratch() / "r.html", md = scratch() / "r.md", json = scratch() / "r.json";
+  const Outcome r = driftcheck("report " + out.string() + " --html " + html.string() + " --markdown " +
+                               md.string() + " --json " + json.string() + " --quiet");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(slurp(html).find(std::string(mutant->name())), std::string::npos);
+  EXPECT_NE(slurp(md).find("## driftcheck campaign report"), std::string::npos);
+  const auto set = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(set.at("format"), "driftcheck.report_set");
+  ASSERT_EQ(set.at("runs").size(), 1u);
+  EXPECT_EQ(set.at("runs")[0].at("kind"), "campaign");
+  EXPECT_FALSE(set.at("runs")[0].at("report").at("groups").empty());
+  expect_usage_error("report " + (scratch() / "nowhere").string(), "not a directory");
+  fs::create_directories(scratch() / "empty_run");
+  expect_usage_error("report " + (scratch() / "empty_run").string(), "no report.json");
+}
+
+// Machines read progress as JSON lines on stderr; --quiet silences it (the summary too).
+TEST(Cli, ProgressIsJsonForMachinesAndQuietIsSilent) {
+  const Outcome json = driftcheck("fuzz --op concat --cases 40 --jobs 2 --progress json --out " +
+                                  (scratch() / "progress_json").string());
+  EXPECT_EQ(json.code, 0) << json.err;
+  std::istringstream lines(json.err);
+  std::string line, last;
+  int records = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    ++records, last = line;
+  }
+  ASSERT_GT(records, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(last).at("type"), "progress_end");
+  EXPECT_EQ(nlohmann::json::parse(last).at("done"), 40);
+  const Outcome quiet =
+      driftcheck("fuzz --op concat --cases 8 --jobs 2 -q --out " + (scratch() / "progress_quiet").string());
+  EXPECT_EQ(quiet.code, 0);
+  EXPECT_TRUE(quiet.err.empty()) << quiet.err;
 }
 
 }  // namespace

@@ -106,7 +106,7 @@ void expect_disk_full_then_resume(const fs::path& dir, const Outcome& full) {
   }
   const Outcome resumed = run(continue_args(dir));
   ASSERT_EQ(resumed.code, 1) << resumed.err;
-  expect_every_finding_bundled(dir);
+  expect_every_bundle_written(dir);
   expect_same_campaign(reference(), dir);
 }
 
@@ -163,7 +163,7 @@ int kill_twice_and_resume(std::mt19937& rng, const std::string& name) {
   }
   const Outcome done = run(continue_args(dir));
   EXPECT_EQ(done.code, 1) << name << ": " << done.err;
-  expect_every_finding_bundled(dir);
+  expect_every_bundle_written(dir);
   expect_same_campaign(reference(), dir);
   return landed;
 }
@@ -213,7 +213,7 @@ CrashState unshrunk_campaign(const std::string& name) {
 void expect_resume_restores(const CrashState& s) {
   const Outcome r = run({"fuzz", "--resume", "--shrink-seconds", "0", "--out", s.dir.string()});
   EXPECT_EQ(r.code, 1) << r.err;
-  expect_every_finding_bundled(s.dir);
+  expect_every_bundle_written(s.dir);
   EXPECT_EQ(slurp(s.dir / "findings" / s.id / "finding.json"), s.saved);
 }
 
@@ -244,39 +244,44 @@ TEST(CrashStates, AKillBetweenTheTwoRenamesOfAReplacement) {
 // ---------------------------------------------------------------------------------------------------------------
 // Signals
 
-// The ids of the findings whose bundle the journal records as shrunk (an interrupted shrink is recorded too).
-std::set<std::string> shrunk_ids(const fs::path& dir) {
+// The ids of the groups the journal records (each a shrunk, ablated representative).
+std::set<std::string> group_ids(const fs::path& dir) {
   std::set<std::string> ids;
   for (const auto& line : lines_of(slurp(dir / "journal.jsonl"))) {
     const auto r = nlohmann::json::parse(line);
-    if (r.at("type") == "bundle" && r.at("shrunk") == true) ids.insert(r.at("id").get<std::string>());
+    if (r.at("type") == "group") ids.insert(r.at("id").get<std::string>());
   }
   return ids;
 }
 
-// Ctrl-C in the shrink phase ends it after the steps in flight (not at its budget), and the report is
-// written. Shown by what was done rather than by a time limit: an ignored signal lets the phase shrink every
-// finding.
-TEST(Signals, CtrlCInTheShrinkPhaseEndsItWithinAStep) {
+// Ctrl-C in the grouping phase ends it after the shrink candidate in flight (not at its budget), and the
+// report is written. Shown by what was done rather than by a time limit: an ignored signal lets the phase
+// group every (backend, verdict).
+TEST(Signals, CtrlCInTheGroupingPhaseEndsItWithinAStep) {
   const auto dir = fresh("sigint_shrink");
-  // Every attention mutant: 28 findings whose shrinking takes about 16 s on an idle 2-core machine (longer on
-  // a loaded one, which only leaves more of them unshrunk when the signal lands).
+  // Every attention mutant: 28 findings in more than a dozen (backend, verdict) classes, whose grouping takes
+  // many seconds on an idle 2-core machine (longer on a loaded one, which only leaves more classes ungrouped
+  // when the signal lands).
   Child c(fuzz_args(dir, "mutant.attn.*", "12"));
-  ASSERT_TRUE(c.wait_for_err("shrinking", 600)) << c.err_so_far();
+  ASSERT_TRUE(c.wait_for_err("grouping", 600)) << c.err_so_far();
   ASSERT_TRUE(c.signal(SIGINT));
   const Outcome o = c.wait();
   EXPECT_EQ(o.code, 1) << o.err;
   const auto report = report_of(dir);
   ASSERT_GT(report.at("findings").size(), 2u);
-  EXPECT_LT(shrunk_ids(dir).size(), report.at("findings").size()) << "the shrink phase went on after Ctrl-C";
-  for (const auto& f : report.at("findings")) EXPECT_FALSE(f.at("bundle").get<std::string>().empty());
+  std::set<std::string> classes;
+  for (const auto& f : report.at("findings"))
+    classes.insert(f.at("backend").get<std::string>() + "|" + f.at("verdict").get<std::string>());
+  EXPECT_LT(group_ids(dir).size(), classes.size()) << "the grouping phase went on after Ctrl-C";
+  expect_every_bundle_written(dir);
 }
 
 // Ctrl-C while a resumed run writes the bundles a kill left missing: it stops there, and the next --resume
 // writes the rest.
 TEST(Signals, CtrlCWhileResumeRewritesBundles) {
   const auto dir = fresh("sigint_rebundle");
-  // Every attention mutant: about 28 findings, a couple of seconds to bundle again.
+  // Every attention mutant: about 28 findings in more than a dozen (backend, verdict) classes, the first two
+  // of each bundled again: a couple of seconds.
   ASSERT_EQ(run({"fuzz", "--backend", "mutant.attn.*", "--cases", "12", "--jobs", "1", "--shrink-seconds",
                  "0", "--seed", "7", "--out", dir.string()})
                 .code,
@@ -289,13 +294,11 @@ TEST(Signals, CtrlCWhileResumeRewritesBundles) {
   EXPECT_EQ(o.code, 1) << o.err;
   // Each bundle redraws and evaluates an attention case (tens of ms or more): the signal, sent within
   // milliseconds of the warning, lands before the last one.
-  const auto report = report_of(dir);
-  int without_bundle = 0;
-  for (const auto& f : report.at("findings")) without_bundle += f.at("bundle").get<std::string>().empty();
-  EXPECT_GT(without_bundle, 0) << "the interrupt was not honoured while bundles were rewritten";
+  EXPECT_GT(missing_drawn_bundles(report_of(dir)), 0)
+      << "the interrupt was not honoured while bundles were rewritten";
   const Outcome again = run({"fuzz", "--resume", "--shrink-seconds", "0", "--out", dir.string()});
   EXPECT_EQ(again.code, 1) << again.err;
-  expect_every_finding_bundled(dir);
+  expect_every_bundle_written(dir);
 }
 
 // SIGTERM in discovery ends it after the cases in flight, a second one kills at once; either way the journal
@@ -314,7 +317,7 @@ TEST(Signals, SigtermInDiscoveryThenASecondOneAndResume) {
   EXPECT_TRUE(o.signal == SIGTERM || o.code == 1) << "exit " << o.code << ": " << o.err;
   const Outcome resumed = run(resume_args(dir, "40"));
   EXPECT_EQ(resumed.code, 1) << resumed.err;
-  expect_every_finding_bundled(dir);
+  expect_every_bundle_written(dir);
 }
 
 TEST(Signals, AClosedStderrDoesNotKillTheRunOrLoseTheReport) {

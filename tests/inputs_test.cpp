@@ -196,7 +196,7 @@ TEST(Journal, TruncatedAnywhereItResumes) {
     std::ofstream(dir / "journal.jsonl", std::ios::trunc) << text.substr(0, cut);
     const Outcome r = run(resume(dir));
     EXPECT_EQ(r.code, 1) << r.err;
-    expect_every_finding_bundled(dir);
+    expect_every_bundle_written(dir);
   }
 }
 
@@ -217,7 +217,7 @@ TEST(Journal, CorruptedBytesAreExitTwoOrHarmless) {
   }
 }
 
-// Resuming after findings/ was deleted says so and writes every bundle again.
+// Resuming after findings/ was deleted says so and writes every bundle it owes again.
 TEST(Journal, ResumeAfterTheFindingsWereDeletedWarnsAndBundlesAgain) {
   const auto dir = copy_of_base("findings_deleted");
   fs::remove_all(dir / "findings");
@@ -225,7 +225,7 @@ TEST(Journal, ResumeAfterTheFindingsWereDeletedWarnsAndBundlesAgain) {
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_NE(r.err.find("warning: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("missing or out of date"), std::string::npos) << r.err;
-  expect_every_finding_bundled(dir);
+  expect_every_bundle_written(dir);
   for (const auto& name : bundle_names(base_campaign()))
     EXPECT_EQ(slurp(dir / "findings" / name / "tensors.bin"),
               slurp(base_campaign() / "findings" / name / "tensors.bin"));

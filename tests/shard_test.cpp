@@ -155,18 +155,26 @@ json comparable(json j, const fs::path& dir) {
   for (auto& b : j["backends"]) {
     b.erase("check_seconds"), b.erase("first_finding_s");
     for (auto& [format, d] : b["drift"].items()) d.erase("signed_ulps_sum"), d.erase("mean_signed_ulps");
+    for (auto& sh : b["by_shape"]) sh.erase("mean_log2_ratio");  // a sum of logs, like signed_ulps_sum
   }
   for (auto& op : j["ops"]) op.erase("reference_seconds");
+  const auto without_dir = [&dir](json& replay) {
+    std::string text = replay;
+    if (const auto at = text.find(dir.string()); at != std::string::npos)
+      text.replace(at, dir.string().size(), "DIR");
+    replay = text;
+  };
   json findings = json::object();
   for (auto& f : j["findings"]) {
     f.erase("found_after_s");
-    std::string replay = f["replay"];
-    if (const auto at = replay.find(dir.string()); at != std::string::npos)
-      replay.replace(at, dir.string().size(), "DIR");
-    f["replay"] = replay;
+    without_dir(f["replay"]);
     findings[f["id"].get<std::string>()] = f;  // listed in order of discovery time
   }
   j["findings"] = findings;
+  for (auto& g : j["groups"]) {
+    without_dir(g["replay"]);
+    for (auto& m : g["members"]) without_dir(m["replay"]);
+  }
   return j;
 }
 
@@ -186,6 +194,8 @@ TEST(Merge, ShardsMergeIntoTheUnshardedReport) {
     EXPECT_EQ(comparable(m.report, merged), comparable(whole.report, root / "whole")) << n << " shards";
     EXPECT_EQ(m.exit_code, whole.exit_code);
     for (const auto& f : m.report.findings) {
+      if (f.bundle.empty())
+        continue;  // past the first two of its (backend, verdict): replayed from the stream
       EXPECT_TRUE(fs::exists(merged / f.bundle / "tensors.bin")) << f.id;
       std::ifstream a(merged / f.bundle / "case.json"), b(root / "whole" / f.bundle / "case.json");
       EXPECT_EQ(json::parse(a), json::parse(b)) << f.id << ": the same drawn case";

@@ -1,6 +1,7 @@
-// Shrinking (docs/CAMPAIGN.md "Findings, deduplication, shrinking"): the candidates a shrinker tries are
-// valid cases, structure first; and a campaign that finds a structural attention bug bundles a minimal repro
-// (one or two sequences, short contexts, a few KB) that no single further step shrinks.
+// Shrinking (docs/CAMPAIGN.md "Findings, deduplication, grouping by cause"): the candidates a shrinker tries
+// are valid cases, structure first; and a campaign that finds a structural attention bug groups it under a
+// representative that is a minimal repro (one or two sequences, short contexts, a few KB) that no single
+// further step shrinks.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,6 +12,8 @@
 
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/fuzz/features.hpp"
+#include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 
 namespace driftcheck::fuzz {
@@ -76,29 +79,36 @@ TEST(Shrink, AStructuralAttentionBugShrinksToAFewKilobytes) {
   o.shrink_seconds_per_finding = 120;  // a loaded test machine must not cut the descent short
   const CampaignResult r = run_campaign(o);
   ASSERT_FALSE(r.report.findings.empty());
-  for (const auto& f : r.report.findings) {
-    const Bundle b = read_bundle(dir / f.bundle);
+  ASSERT_FALSE(r.report.groups.empty());
+  // Every finding's cause is a group whose representative is the shrunk (and ablated) case.
+  const Backend& named = *registry().find("mutant.attn.table_stride_ignored");
+  const auto repaired = repaired_backend(builtin_known_findings(), named);  // as the campaign judges it
+  const Backend& m = repaired ? *repaired : named;
+  for (const auto& g : r.report.groups) {
+    ASSERT_TRUE(g.shrunk) << g.id << " not shrunk within the budget";
+    const Bundle b = read_bundle(dir / g.representative);
     const CaseSpec& s = b.spec;
-    EXPECT_GT(f.shrink_steps, 0) << f.id;
-    EXPECT_GE(f.shrink_tries, f.shrink_steps);
+    EXPECT_GT(g.shrink_steps, 0) << g.id;
+    EXPECT_GE(g.shrink_tries, g.shrink_steps);
     // Which contexts still fail depends on the drawn values (a shifted table row of whole blocks only
     // permutes a decode query's keys); what every repro keeps is small.
-    EXPECT_LE(s.seq_lens.size(), 2u) << f.shape;
-    const auto bytes = std::filesystem::file_size(dir / f.bundle / "tensors.bin");
+    EXPECT_LE(s.seq_lens.size(), 2u) << g.shape;
+    const auto bytes = std::filesystem::file_size(dir / g.representative / "tensors.bin");
     // Since the Triton twin follows its upstream kernel (issue #8), one fp16 NaN signature keeps a second
     // context of 129 keys at a fixpoint: its K and V alone are 2 x 130 x 32 x 2 B = 16.6 KB, so the bound is
     // that plus the rest of a small case.
-    EXPECT_LT(bytes, 24u * 1024) << f.shape;
-    std::cout << "[shrink] " << f.id << ": " << f.shape << ", " << bytes << " bytes, " << f.shrink_steps
-              << " shrinks of " << f.shrink_tries << " tries\n";
-    EXPECT_EQ(f.shape, shape_line(s));
-    EXPECT_TRUE(f.shrink_minimal) << f.shrink_tries << " tries";
-    // A minimum: no single candidate step of the bundled case still fails the same way.
-    const Backend& m = *registry().find(f.backend);
+    EXPECT_LT(bytes, 24u * 1024) << g.shape;
+    std::cout << "[shrink] " << g.id << ": " << g.shape << ", " << bytes << " bytes, " << g.shrink_steps
+              << " shrinks of " << g.shrink_tries << " tries\n";
+    EXPECT_EQ(g.shape, shape_line(s));
+    EXPECT_TRUE(g.shrink_minimal) << g.shrink_tries << " tries";
+    // A minimum: no single candidate step of the representative still fails the same way (among the steps
+    // that do not bring back a feature the group's ablation removed).
     for (const CaseSpec& c : shrink_candidates(s)) {
+      if (has_any(case_features(c), g.not_needed)) continue;
       Case pristine = materialize(c);
       if (!m.supports(pristine).ok) continue;
-      EXPECT_NE(verdict_name(evaluate(m, prepare(std::move(pristine))).verdict), f.verdict)
+      EXPECT_NE(verdict_name(evaluate(m, prepare(std::move(pristine))).verdict), g.verdict)
           << "shrinks further to " << shape_line(c);
     }
   }

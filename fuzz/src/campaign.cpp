@@ -1,8 +1,8 @@
 // The campaign runner's core: worker threads drawing the case stream, judging every selected backend of each
-// case, and folding results into statistics in index order; discovery, then the shrink phase, then the
-// report. Its parts: statistics (campaign_stats), findings registry (campaign_findings), shrink phase
-// (campaign_shrink), journal header and resume (campaign_journal), report (campaign_report), selection
-// (campaign_select).
+// case, and folding results into statistics in index order; discovery, then the grouping phase (shrinking
+// findings by cause), then the report. Its parts: statistics (campaign_stats), findings registry
+// (campaign_findings), shrinking (campaign_shrink), grouping (campaign_groups), heatmaps (campaign_heatmaps),
+// journal header and resume (campaign_journal), report (campaign_report), selection (campaign_select).
 #include "driftcheck/fuzz/campaign.hpp"
 
 #include <algorithm>
@@ -20,10 +20,13 @@
 
 #include "campaign_dir.hpp"
 #include "campaign_findings.hpp"
+#include "campaign_groups.hpp"
+#include "campaign_heatmaps.hpp"
 #include "campaign_journal.hpp"
 #include "campaign_report.hpp"
 #include "campaign_shrink.hpp"
 #include "campaign_stats.hpp"
+#include "driftcheck/fuzz/features.hpp"
 #include "driftcheck/fuzz/journal.hpp"
 #include "driftcheck/fuzz/profiles.hpp"
 #include "thread_group.hpp"
@@ -71,7 +74,7 @@ class Campaign {
   void run_case(std::uint64_t local);
   void judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
              std::vector<std::pair<const Backend*, Outputs>>& outputs);
-  void on_failure(const Backend& b, const CaseSpec& spec, const PreparedCase& p, const Evaluation& e);
+  std::string on_failure(const Backend& b, const CaseSpec& spec, const PreparedCase& p, const Evaluation& e);
   void statistical_class_findings();
   void commit(std::uint64_t k, Stats s);
   void checkpoint();
@@ -238,12 +241,17 @@ void Campaign::run_case(std::uint64_t local) {
   std::vector<std::pair<const Backend*, Outputs>> outputs;
   if (const auto it = by_op_.find(op); it != by_op_.end())
     for (const Backend* b : it->second) judge(*b, prepared, drawn.spec, stats, outputs);
-  // Divergence between every pair of backends that both produced outputs for this case.
+  // Divergence between every pair of backends that both produced outputs for this case, in ulps and relative
+  // to the pair's tolerance.
+  std::vector<Tolerances> tol;
+  for (const auto& [b, out] : outputs) tol.push_back(tolerances(prepared, b->numerics()));
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {
       auto& pair =
           stats.pairs[{std::string(outputs[i].first->name()), std::string(outputs[j].first->name())}];
       pair.max_ulps = divergence_ulps(outputs[i].second, outputs[j].second, prepared.input);
+      const PairDivergence d = pair_divergence(outputs[i].second, tol[i], outputs[j].second, tol[j]);
+      pair.max_ratio = d.max_ratio, pair.nonfinite = d.nonfinite, pair.beyond = d.max_ratio > 1;
       pair.shared = 1;
     }
   }
@@ -282,7 +290,8 @@ void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& sp
   // A known finding's failures stay out of the drift statistics too: they are the upstream defect, not drift.
   s.record(e, p.input.index, shape_class(spec));
   add_drift(s.drift[drift_format(spec)], p.input.index, e);
-  if (is_failure(e.verdict)) on_failure(b, spec, p, e);
+  s.record_shape(spec, e);
+  if (is_failure(e.verdict)) ++stats.failing[on_failure(b, spec, p, e)];
 }
 
 // Over the cases of one shape class (docs/ORACLE.md section 9): a class whose count of cases at or below the
@@ -310,47 +319,39 @@ void Campaign::statistical_class_findings() {
       const PreparedCase p = prepare(std::move(pristine));
       Evaluation e = evaluate(*b, p);
       e.detail = fmt::format("{}{}{}", beyond->why, e.detail.empty() ? "" : ": ", e.detail);
-      const reports::FindingReport report{
-          finding_id(b->name(), Verdict::kBeyondStatisticalBound, sig),
-          std::string(op_name(b->op())),
-          std::string(b->name()),
-          std::string(verdict_name(Verdict::kBeyondStatisticalBound)),
-          shape,
-          e.detail,
-          e.worst_ratio,
-          opts_.seed,
-          index,
-          elapsed(),
-          0,
-          "",
-          stream_replay_command(b->op(), opts_.seed, index, b->name(), opts_.gen.model)};
-      if (findings_.add(sig, report)) findings_.save_bundle(sig, *b, drawn.spec, p.input, e, {}, false);
+      reports::FindingReport report;
+      report.id = finding_id(b->name(), Verdict::kBeyondStatisticalBound, sig);
+      report.op = std::string(op_name(b->op())), report.backend = std::string(b->name());
+      report.verdict = std::string(verdict_name(Verdict::kBeyondStatisticalBound)),
+      report.shape_class = shape;
+      report.detail = e.detail, report.worst_ratio = e.worst_ratio, report.seed = opts_.seed;
+      report.case_index = index, report.found_after_s = elapsed();
+      report.replay = stream_replay_command(b->op(), opts_.seed, index, b->name(), opts_.gen.model);
+      report.features = case_features(drawn.spec);
+      if (findings_.add(sig, report) && findings_.claim_drawn_bundle(report.backend, report.verdict))
+        findings_.save_bundle(sig, *b, drawn.spec, p.input, e);
     }
   }
 }
 
-// The first case of a new signature becomes a finding, journaled and bundled (drawn case) at once.
-void Campaign::on_failure(const Backend& b, const CaseSpec& spec, const PreparedCase& p,
-                          const Evaluation& e) {
+// The first case of a new signature becomes a finding, journaled at once; the first few of each (backend,
+// verdict) are also bundled at once (the drawn case), the others stay replayable from the stream (seed and
+// index) until the grouping phase keeps a shrunk representative per cause. Returns the finding's id.
+std::string Campaign::on_failure(const Backend& b, const CaseSpec& spec, const PreparedCase& p,
+                                 const Evaluation& e) {
   const std::string shape = shape_class(spec);
   const std::string sig = signature_of(spec.op, b.name(), e.verdict, shape);
-  if (findings_.find(sig)) return;
-  const reports::FindingReport report{
-      finding_id(b.name(), e.verdict, sig),
-      std::string(op_name(spec.op)),
-      std::string(b.name()),
-      std::string(verdict_name(e.verdict)),
-      shape,
-      e.detail,
-      e.worst_ratio,
-      opts_.seed,
-      p.input.index,
-      elapsed(),
-      0,
-      "",
-      stream_replay_command(spec.op, opts_.seed, p.input.index, b.name(), opts_.gen.model),
-      false};
-  if (findings_.add(sig, report)) findings_.save_bundle(sig, b, spec, p.input, e, {}, false);
+  if (const auto known = findings_.find(sig)) return known->report.id;
+  reports::FindingReport report;
+  report.id = finding_id(b.name(), e.verdict, sig), report.op = std::string(op_name(spec.op));
+  report.backend = std::string(b.name()), report.verdict = std::string(verdict_name(e.verdict));
+  report.shape_class = shape, report.detail = e.detail, report.worst_ratio = e.worst_ratio;
+  report.seed = opts_.seed, report.case_index = p.input.index, report.found_after_s = elapsed();
+  report.replay = stream_replay_command(spec.op, opts_.seed, p.input.index, b.name(), opts_.gen.model);
+  report.features = case_features(spec);
+  if (findings_.add(sig, report) && findings_.claim_drawn_bundle(report.backend, report.verdict))
+    findings_.save_bundle(sig, b, spec, p.input, e);
+  return report.id;
 }
 
 // Cases finish out of order across workers; they fold into `committed_` strictly in index order so a
@@ -395,8 +396,9 @@ void Campaign::monitor() {
 reports::Report Campaign::build() const {
   std::lock_guard lock(mu_);
   const auto findings = findings_.snapshot();
-  return build_report(
-      {opts_, sel_, committed_, watermark_, elapsed(), findings, internal_errors_, known_findings()});
+  const auto groups = findings_.groups();
+  return build_report({opts_, sel_, committed_, watermark_, elapsed(), findings, internal_errors_,
+                       known_findings(), groups, worst_case_heatmaps(opts_, sel_, committed_)});
 }
 
 // Workers run until the budget, an interrupt or a failure; the ThreadGroup stops and joins them however this
@@ -476,7 +478,7 @@ CampaignResult Campaign::run() {
       internal_errors_.push_back(fmt::format("internal error in the statistical class check: {}", e.what()));
     }
   }
-  if (!failed() && !interrupted()) absorb(shrink_phase(findings_, opts_, jobs()));
+  if (!failed() && !interrupted()) absorb(group_phase(findings_, opts_, jobs()));
   reports::Report report = build();
   const bool written = finish(report);
   print_summary(opts_, report, written);

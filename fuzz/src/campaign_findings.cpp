@@ -1,5 +1,6 @@
 #include "campaign_findings.hpp"
 
+#include <algorithm>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -27,52 +28,88 @@ std::string finding_id(std::string_view backend, Verdict v, const std::string& s
   return fmt::format("{}-{}-{:08x}", backend, verdict_name(v), static_cast<std::uint32_t>(h ^ (h >> 32)));
 }
 
+namespace {
+
+json metrics_json(const Evaluation& e) {
+  const OutputMetrics* worst = nullptr;
+  for (const auto& m : e.metrics)
+    if (worst == nullptr || m.worst_ratio > worst->worst_ratio || std::isnan(m.worst_ratio)) worst = &m;
+  return {{"verdict", verdict_name(e.verdict)},
+          {"detail", e.detail},
+          {"worst_ratio", reports::number_json(e.worst_ratio)},
+          {"worst_output", worst ? worst->output : ""},
+          {"worst_value", reports::number_json(worst ? worst->worst_value : 0)},
+          {"worst_reference", reports::number_json(worst ? worst->worst_reference : 0)},
+          {"worst_tolerance", reports::number_json(worst ? worst->worst_tolerance : 0)}};
+}
+
+// The representative's evaluation as the report needs it: detail, worst ratio and its worst element.
+Evaluation evaluation_from(const json& j) {
+  Evaluation e;
+  e.detail = string_field(j, "detail"), e.worst_ratio = number_field(j, "worst_ratio");
+  OutputMetrics m;
+  m.output = string_field(j, "worst_output"), m.worst_ratio = e.worst_ratio;
+  m.worst_value = number_field(j, "worst_value"), m.worst_reference = number_field(j, "worst_reference");
+  m.worst_tolerance = number_field(j, "worst_tolerance");
+  e.metrics.push_back(m);
+  return e;
+}
+
+std::vector<std::string> strings_field(const json& obj, std::string_view key) {
+  std::vector<std::string> out;
+  for (const auto& v : array_field(obj, key)) out.push_back(string_value(v, key));
+  return out;
+}
+
+}  // namespace
+
 void Findings::load(const json& r) {
   std::lock_guard lock(mu_);
   const std::string type = string_field(r, "type");
   if (type == "finding") {
     auto& f = by_signature_[string_field(r, "signature")];
-    f.report = {string_field(r, "id"),
-                string_field(r, "op"),
-                string_field(r, "backend"),
-                string_field(r, "verdict"),
-                string_field(r, "shape_class"),
-                string_field(r, "detail"),
-                number_field(r, "worst_ratio"),
-                u64_field(r, "seed"),
-                u64_field(r, "case_index"),
-                number_field(r, "found_after_s"),
-                0,
-                "",
-                string_field(r, "replay"),
-                false};
+    auto& rep = f.report;
+    rep.id = string_field(r, "id"), rep.op = string_field(r, "op"), rep.backend = string_field(r, "backend");
+    rep.verdict = string_field(r, "verdict"), rep.shape_class = string_field(r, "shape_class");
+    rep.detail = string_field(r, "detail"), rep.worst_ratio = number_field(r, "worst_ratio");
+    rep.seed = u64_field(r, "seed"), rep.case_index = u64_field(r, "case_index");
+    rep.found_after_s = number_field(r, "found_after_s"), rep.replay = string_field(r, "replay");
+    // Journals written before grouping by cause lack the drawn case's features.
+    rep.features = r.contains("features") ? strings_field(r, "features") : std::vector<std::string>{};
   } else if (type == "bundle") {
     const std::string id = string_field(r, "id");
     for (auto& [sig, f] : by_signature_) {
       if (f.report.id != id) continue;
+      if (!f.bundled) ++drawn_bundles_[f.report.backend + "|" + f.report.verdict];
       f.bundled = true;
       f.report.bundle = string_field(r, "bundle"), f.report.replay = string_field(r, "replay");
       f.report.detail = string_field(r, "detail"), f.report.worst_ratio = number_field(r, "worst_ratio");
-      f.report.shrink_steps = int_field(r, "shrink_steps", 0);
-      // Journals written before shrinking to a minimum lack these three.
-      f.report.shrink_tries = r.contains("shrink_tries") ? int_field(r, "shrink_tries", 0) : 0;
-      f.report.shape = r.contains("shape") ? string_field(r, "shape") : "";
-      f.report.shrink_minimal = r.contains("shrink_minimal") && bool_field(r, "shrink_minimal");
-      f.shrunk = f.report.shrunk = bool_field(r, "shrunk");
+      f.report.shape = r.contains("shape") ? string_field(r, "shape") : "";  // older journals lack it
     }
+  } else if (type == "group") {
+    GroupDef g;
+    g.id = string_field(r, "id"), g.op = string_field(r, "op"), g.backend = string_field(r, "backend");
+    g.verdict = string_field(r, "verdict"), g.features = strings_field(r, "features");
+    g.not_needed = strings_field(r, "not_needed"), g.confirmed = bool_field(r, "confirmed");
+    g.representative = string_field(r, "representative"), g.bundle = string_field(r, "bundle");
+    g.replay = string_field(r, "replay"), g.shape = string_field(r, "shape");
+    g.shrink = {int_field(r, "shrink_steps", 0), int_field(r, "shrink_tries", 0),
+                bool_field(r, "shrink_minimal")};
+    g.evaluation = within_field("evaluation", [&] { return evaluation_from(object_field(r, "evaluation")); });
+    groups_.push_back(std::move(g));
   }
 }
 
 namespace {
 
-// Whether DIR/<bundle> holds the bundle version the journal names (its finding.json's shrink steps and case).
-bool bundle_matches(const std::filesystem::path& dir, const reports::FindingReport& r) {
+// Whether DIR holds the bundle version the journal names (its finding.json's case and shrink steps).
+bool bundle_matches(const std::filesystem::path& dir, std::uint64_t case_index, std::int64_t shrink_steps) {
   for (const char* file : {"case.json", "tensors.bin"})
     if (!std::filesystem::is_regular_file(dir / file)) return false;
   std::ifstream in(dir / "finding.json");
   const json f = json::parse(in, nullptr, /*allow_exceptions=*/false);
   try {
-    return u64_field(f, "case_index") == r.case_index && int_field(f, "shrink_steps") == r.shrink_steps;
+    return u64_field(f, "case_index") == case_index && int_field(f, "shrink_steps") == shrink_steps;
   } catch (const FieldError&) {
     return false;
   }
@@ -84,24 +121,98 @@ std::vector<std::string> Findings::verify_bundles() {
   std::lock_guard lock(mu_);
   std::vector<std::string> redo;
   for (auto& [sig, f] : by_signature_) {
-    if (!f.bundled || bundle_matches(out_dir_ / f.report.bundle, f.report)) continue;
-    f.bundled = false, f.shrunk = false;
-    f.report.bundle.clear(), f.report.shrink_steps = 0;
+    if (!f.bundled || bundle_matches(out_dir_ / f.report.bundle, f.report.case_index, 0)) continue;
+    f.bundled = false, --drawn_bundles_[f.report.backend + "|" + f.report.verdict];
+    f.report.bundle.clear();
     OpKind op;
     if (parse_op(f.report.op,
                  &op))  // the replay command of the missing bundle would name a missing directory
-      f.report.replay = stream_replay_command(op, f.report.seed, f.report.case_index, f.report.backend);
+      f.report.replay =
+          stream_replay_command(op, f.report.seed, f.report.case_index, f.report.backend, model_);
     redo.push_back(f.report.id);
   }
+  // A group without its representative's bundle is forgotten: its findings are unexplained again, and the
+  // grouping phase shrinks one of them anew.
+  std::erase_if(groups_, [&](const GroupDef& g) {
+    const auto rep = by_signature_.find(g.representative);
+    const bool ok = rep != by_signature_.end() &&
+                    bundle_matches(out_dir_ / g.bundle, rep->second.report.case_index, g.shrink.accepted);
+    if (!ok) redo.push_back(g.id);
+    return !ok;
+  });
   return redo;
 }
 
-std::vector<std::string> Findings::unbundled() const {
+std::vector<std::string> Findings::unbundled() {
   std::lock_guard lock(mu_);
-  std::vector<std::string> out;
+  // Earliest in the stream first, up to each class's kDrawnBundlesPerClass: a finding past them never had a
+  // bundle.
+  std::vector<std::pair<std::uint64_t, std::string>> order;
   for (const auto& [sig, f] : by_signature_)
-    if (!f.bundled) out.push_back(sig);
+    if (!f.bundled) order.emplace_back(f.report.case_index, sig);
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> out;
+  for (const auto& [index, sig] : order) {
+    const auto& r = by_signature_.at(sig).report;
+    int& n = drawn_bundles_[r.backend + "|" + r.verdict];
+    if (n < kDrawnBundlesPerClass) ++n, out.push_back(sig);
+  }
   return out;
+}
+
+bool Findings::claim_drawn_bundle(const std::string& backend, const std::string& verdict) {
+  std::lock_guard lock(mu_);
+  int& n = drawn_bundles_[backend + "|" + verdict];
+  return n < kDrawnBundlesPerClass ? (++n, true) : false;
+}
+
+void Findings::add_group(GroupDef g, const CaseSpec& spec, const Case& pristine) {
+  g.bundle = "findings/" + g.id;
+  const auto dir = out_dir_ / g.bundle;
+  g.replay = fmt::format("driftcheck replay {}", dir.string());
+  std::uint64_t seed = 0, index = 0;
+  {
+    std::lock_guard lock(mu_);
+    const auto& r = by_signature_.at(g.representative).report;
+    seed = r.seed, index = r.case_index;
+  }
+  FindingRecord rec{g.id,
+                    g.backend,
+                    shape_class(spec),
+                    g.replay,
+                    stream_replay_command(spec.op, seed, index, g.backend, model_),
+                    seed,
+                    index,
+                    g.shrink.accepted,
+                    g.shrink.tried,
+                    shape_line(spec),
+                    g.evaluation};
+  g.shape = rec.shape;
+  write_bundle(dir, spec, pristine, rec);
+  std::lock_guard lock(mu_);
+  journal_->append({{"type", "group"},
+                    {"id", g.id},
+                    {"op", g.op},
+                    {"backend", g.backend},
+                    {"verdict", g.verdict},
+                    {"features", g.features},
+                    {"not_needed", g.not_needed},
+                    {"confirmed", g.confirmed},
+                    {"representative", g.representative},
+                    {"bundle", g.bundle},
+                    {"replay", g.replay},
+                    {"shrink_steps", g.shrink.accepted},
+                    {"shrink_tries", g.shrink.tried},
+                    {"shrink_minimal", g.shrink.minimal},
+                    {"shape", g.shape},
+                    {"evaluation", metrics_json(g.evaluation)}});
+  g.evaluation.outputs.clear();
+  groups_.push_back(std::move(g));
+}
+
+std::vector<GroupDef> Findings::groups() const {
+  std::lock_guard lock(mu_);
+  return groups_;
 }
 
 bool Findings::add(const std::string& signature, const reports::FindingReport& report) {
@@ -120,12 +231,13 @@ bool Findings::add(const std::string& signature, const reports::FindingReport& r
                     {"seed", report.seed},
                     {"case_index", report.case_index},
                     {"found_after_s", report.found_after_s},
-                    {"replay", report.replay}});
+                    {"replay", report.replay},
+                    {"features", report.features}});
   return true;
 }
 
 void Findings::save_bundle(const std::string& signature, const Backend& b, const CaseSpec& spec,
-                           const Case& pristine, const Evaluation& e, ShrinkCounts shrink, bool shrunk) {
+                           const Case& pristine, const Evaluation& e) {
   std::string id;
   std::uint64_t seed = 0, index = 0;
   {
@@ -142,16 +254,15 @@ void Findings::save_bundle(const std::string& signature, const Backend& b, const
                     stream_replay_command(spec.op, seed, index, b.name(), model_),
                     seed,
                     index,
-                    shrink.accepted,
-                    shrink.tried,
+                    0,
+                    0,
                     shape_line(spec),
                     e};
   write_bundle(dir, spec, pristine, rec);
   std::lock_guard lock(mu_);
   auto& f = by_signature_.at(signature);
-  f.bundled = true, f.shrunk = f.report.shrunk = shrunk;
-  f.report.bundle = rel, f.report.replay = rec.replay, f.report.shrink_steps = shrink.accepted;
-  f.report.shrink_tries = shrink.tried, f.report.shrink_minimal = shrink.minimal, f.report.shape = rec.shape;
+  f.bundled = true;
+  f.report.bundle = rel, f.report.replay = rec.replay, f.report.shape = rec.shape;
   f.report.detail = e.detail, f.report.worst_ratio = e.worst_ratio;
   journal_->append({{"type", "bundle"},
                     {"id", id},
@@ -159,10 +270,6 @@ void Findings::save_bundle(const std::string& signature, const Backend& b, const
                     {"replay", rec.replay},
                     {"detail", f.report.detail},
                     {"worst_ratio", reports::number_json(f.report.worst_ratio)},
-                    {"shrunk", shrunk},
-                    {"shrink_steps", shrink.accepted},
-                    {"shrink_tries", shrink.tried},
-                    {"shrink_minimal", shrink.minimal},
                     {"shape", rec.shape},
                     {"bundle_shape_class", rec.shape_class}});
 }

@@ -30,12 +30,36 @@ struct ShrinkCounts {
 
 struct FindingState {
   reports::FindingReport report;
-  bool bundled = false;  // a bundle (drawn or shrunk) is on disk
-  bool shrunk = false;   // the shrink phase has handled it
+  bool bundled = false;  // its drawn bundle is on disk
 };
 
 // The command that replays the bundle in `bundle_dir`.
 std::string bundle_replay_command(const std::filesystem::path& bundle_dir);
+
+// A cause found by the grouping phase (campaign_groups.hpp): one backend, one verdict and the features its
+// shrunk, ablated representative still needs to fail. Findings are assigned to groups when the report is
+// built, so a group is journaled as its definition only.
+struct GroupDef {
+  std::string id;
+  std::string op;
+  std::string backend;
+  std::string verdict;
+  std::vector<std::string> features;    // needed (ablation: removing any made the failure go away)
+  std::vector<std::string> not_needed;  // present in the shrunk case but removed by ablation
+  bool confirmed = false;               // every feature had a removing edit that was tested
+  std::string representative;           // signature of the finding it was shrunk from
+  std::string bundle;                   // the shrunk case's bundle, relative to the campaign directory
+  std::string replay;
+  ShrinkCounts shrink;    // of the representative's drawn case
+  std::string shape;      // shape_line() of the shrunk case
+  Evaluation evaluation;  // of the representative (metrics, worst element); outputs are not kept
+};
+
+// Bundles written at discovery per (backend, verdict): enough to replay a class before the grouping phase
+// has run (and if it never does), without one bundle per signature (a 60 s mutant campaign found over a
+// thousand signatures).
+inline constexpr int kDrawnBundlesPerClass = 2;
+
 std::string signature_of(OpKind op, std::string_view backend, Verdict v, const std::string& shape);
 // A stable directory name for a signature: readable prefix plus FNV-1a of the whole signature.
 std::string finding_id(std::string_view backend, Verdict v, const std::string& signature);
@@ -51,17 +75,26 @@ class Findings {
   // Folds in a "finding" or "bundle" record of a resumed journal; throws FieldError (json_fields.hpp).
   void load(const nlohmann::json& record);
   // Resume: a finding whose journaled bundle is missing on disk (findings/ deleted), unreadable, or not the
-  // version the journal names (a kill between replacing a bundle and journaling it) is marked unbundled and
-  // unshrunk, to be redone. Returns the ids concerned.
+  // version the journal names (a kill between replacing a bundle and journaling it) is marked unbundled, to
+  // be redone; a group whose representative bundle is so is dropped, for the grouping phase to redo. Returns
+  // the finding and group ids concerned.
   std::vector<std::string> verify_bundles();
-  // Signatures of the findings without a bundle on disk.
-  std::vector<std::string> unbundled() const;
+  // Signatures of the findings that are owed a drawn bundle and have none on disk (the earliest of each
+  // (backend, verdict) without one, up to kDrawnBundlesPerClass per class): claims those bundles.
+  std::vector<std::string> unbundled();
   // The first failing case of a signature becomes a finding, journaled at once: a kill before its bundle is
   // written still leaves the finding, which resume bundles. Returns false for a signature already known.
   bool add(const std::string& signature, const reports::FindingReport& report);
-  // Writes (or replaces) the finding's bundle and journals it.
+  // Writes (or replaces) the finding's bundle of its drawn case and journals it.
   void save_bundle(const std::string& signature, const Backend& b, const CaseSpec& spec, const Case& pristine,
-                   const Evaluation& e, ShrinkCounts shrink, bool shrunk);
+                   const Evaluation& e);
+
+  // Whether a new finding of this (backend, verdict) gets its drawn bundle at once (the first
+  // kDrawnBundlesPerClass of each do).
+  bool claim_drawn_bundle(const std::string& backend, const std::string& verdict);
+  // Writes the group's representative bundle (findings/<group id>/) and journals the group.
+  void add_group(GroupDef g, const CaseSpec& spec, const Case& pristine);
+  std::vector<GroupDef> groups() const;
 
   std::optional<FindingState> find(const std::string& signature) const;
   std::map<std::string, FindingState> snapshot() const;  // by signature
@@ -73,6 +106,8 @@ class Findings {
   Journal* journal_ = nullptr;
   mutable std::mutex mu_;
   std::map<std::string, FindingState> by_signature_;
+  std::map<std::string, int> drawn_bundles_;  // by "backend|verdict"
+  std::vector<GroupDef> groups_;
 };
 
 }  // namespace driftcheck::fuzz

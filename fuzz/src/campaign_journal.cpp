@@ -101,7 +101,7 @@ Checkpoint load_journal(const JournalContents& contents, const std::string& name
         c.completed = u64_field(r, "completed");
         c.elapsed_s = number_field(r, "elapsed_s");
         c.stats = within_field("stats", [&] { return Stats::from_json(object_field(r, "stats")); });
-      } else if (type == "finding" || type == "bundle") {
+      } else if (type == "finding" || type == "bundle" || type == "group") {
         findings.load(r);
       } else if (type != "end") {
         throw FieldError("type", fmt::format("unknown record type '{}'", type));

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <ostream>
 #include <set>
@@ -6,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "campaign_findings.hpp"
+#include "campaign_heatmaps.hpp"
 #include "campaign_journal.hpp"
 #include "campaign_report.hpp"
 #include "campaign_stats.hpp"
@@ -24,6 +26,7 @@ struct ShardRun {
   CampaignOptions opts;  // the stream, the budget and the shard, from the header
   Checkpoint checkpoint;
   std::map<std::string, FindingState> findings;
+  std::vector<GroupDef> groups;
   int exit_code = 0;
 };
 
@@ -61,6 +64,7 @@ ShardRun read_shard(const fs::path& dir) {
   Findings findings(dir);
   r.checkpoint = load_journal(contents, path.string(), findings);
   r.findings = findings.snapshot();
+  r.groups = findings.groups();
   const auto end = std::find_if(contents.records.rbegin(), contents.records.rend(),
                                 [](const json& rec) { return rec.value("type", "") == "end"; });
   if (end == contents.records.rend())
@@ -138,11 +142,56 @@ void warn_about_reasons(const std::vector<ShardRun>& shards, std::ostream* log) 
 
 // Whether the finding's bundle was there to copy (a shard killed before writing it has none; its replay
 // command then stays the stream one).
-bool copy_bundle(const ShardRun& from, const FindingState& f, const fs::path& out) {
-  if (!f.bundled || f.report.bundle.empty() || !fs::exists(from.dir / f.report.bundle)) return false;
-  fs::create_directories((out / f.report.bundle).parent_path());
-  fs::copy(from.dir / f.report.bundle, out / f.report.bundle, fs::copy_options::recursive);
+bool copy_bundle(const ShardRun& from, const std::string& bundle, const fs::path& out) {
+  if (bundle.empty() || !fs::exists(from.dir / bundle)) return false;
+  fs::create_directories((out / bundle).parent_path());
+  fs::copy(from.dir / bundle, out / bundle, fs::copy_options::recursive);
   return true;
+}
+
+// An unsharded campaign bundles the drawn cases of the first kDrawnBundlesPerClass findings of each (backend,
+// verdict), in stream order with one job; each shard bundled its own first ones, which include those. The
+// others lose their bundle and replay from the stream, as in the unsharded run.
+void keep_first_drawn_bundles(std::map<std::string, FindingState>& findings, const std::string& model) {
+  std::map<std::string, std::vector<std::pair<std::uint64_t, FindingState*>>> by_class;
+  for (auto& [sig, f] : findings)
+    by_class[f.report.backend + "|" + f.report.verdict].emplace_back(f.report.case_index, &f);
+  for (auto& [c, list] : by_class) {
+    std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t i = kDrawnBundlesPerClass; i < list.size(); ++i) {
+      reports::FindingReport& r = list[i].second->report;
+      OpKind op;
+      if (r.bundle.empty() || !parse_op(r.op, &op)) continue;
+      list[i].second->bundled = false, r.bundle.clear(), r.shape.clear();
+      r.replay = stream_replay_command(op, r.seed, r.case_index, r.backend, model);
+    }
+  }
+}
+
+// Each shard grouped its own findings: every group is kept once (by id, the one made from the lowest case),
+// with its representative's bundle.
+std::vector<GroupDef> merged_groups(const std::vector<ShardRun>& shards,
+                                    const std::map<std::string, FindingState>& findings,
+                                    const fs::path& out) {
+  std::map<std::string, std::pair<std::uint64_t, GroupDef>> by_id;
+  std::map<std::string, const ShardRun*> from;
+  for (const ShardRun& s : shards)
+    for (const GroupDef& g : s.groups) {
+      const auto rep = s.findings.find(g.representative);
+      const std::uint64_t index = rep == s.findings.end() ? UINT64_MAX : rep->second.report.case_index;
+      const auto it = by_id.find(g.id);
+      if (it != by_id.end() && it->second.first <= index) continue;
+      by_id[g.id] = {index, g}, from[g.id] = &s;
+    }
+  std::vector<GroupDef> out_groups;
+  for (auto& [id, entry] : by_id) {
+    GroupDef& g = entry.second;
+    // A representative whose finding is another shard's signature in the merge still names its signature.
+    if (!findings.count(g.representative) || !copy_bundle(*from[id], g.bundle, out)) continue;
+    g.replay = bundle_replay_command(out / g.bundle);
+    out_groups.push_back(std::move(g));
+  }
+  return out_groups;
 }
 
 }  // namespace
@@ -189,11 +238,14 @@ CampaignResult merge_campaigns(const MergeOptions& options) {
   warn_about_reasons(shards, options.log);
 
   fs::create_directories(options.out_dir / "findings");
+  keep_first_drawn_bundles(findings, opts.gen.model);
   for (auto& [sig, f] : findings)
-    if (copy_bundle(*found_in[sig], f, options.out_dir))
+    if (f.bundled && copy_bundle(*found_in[sig], f.report.bundle, options.out_dir))
       f.report.replay = bundle_replay_command(options.out_dir / f.report.bundle);
+  const std::vector<GroupDef> groups = merged_groups(shards, findings, options.out_dir);
   const KnownFindings& known = options.known_findings ? *options.known_findings : builtin_known_findings();
-  reports::Report report = build_report({opts, sel, stats, cases, seconds, findings, internal_errors, known});
+  reports::Report report = build_report({opts, sel, stats, cases, seconds, findings, internal_errors, known,
+                                         groups, worst_case_heatmaps(opts, sel, stats)});
   reports::write_reports(report, options.out_dir);
   if (options.log)
     *options.log << fmt::format("driftcheck: merged {} shard{} of seed {} ({} cases)\n", shards.size(),

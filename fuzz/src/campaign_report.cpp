@@ -1,5 +1,7 @@
 #include "campaign_report.hpp"
 
+#include "campaign_groups.hpp"
+
 #include <algorithm>
 #include <ostream>
 
@@ -30,21 +32,13 @@ std::string zero_case_reason(const Backend& b, const BackendStats& s) {
 
 reports::BackendReport backend_report(const Backend& b, const BackendStats& s,
                                       const std::map<std::string, FindingState>& findings) {
-  reports::BackendReport br{std::string(b.name()),
-                            std::string(op_name(b.op())),
-                            std::string(backend_kind_name(b.kind())),
-                            s.run,
-                            s.unsupported,
-                            top_reasons(s.reasons),
-                            s.passed,
-                            s.failures,
-                            0,
-                            s.worst_ratio,
-                            s.worst_case,
-                            s.seconds,
-                            std::nullopt,
-                            "",
-                            s.drift};
+  reports::BackendReport br;
+  br.name = std::string(b.name()), br.op = std::string(op_name(b.op()));
+  br.kind = std::string(backend_kind_name(b.kind()));
+  br.cases_run = s.run, br.unsupported = s.unsupported, br.top_unsupported = top_reasons(s.reasons);
+  br.passed = s.passed, br.failures_by_verdict = s.failures;
+  br.worst_ratio = s.worst_ratio, br.worst_case = s.worst_case, br.check_seconds = s.seconds;
+  br.drift = s.drift;
   for (const auto& [sig, f] : findings) {
     if (f.report.backend != br.name) continue;
     ++br.distinct_findings;
@@ -52,6 +46,9 @@ reports::BackendReport backend_report(const Backend& b, const BackendStats& s,
       br.first_finding_s = f.report.found_after_s;
   }
   if (s.run == 0) br.error = fmt::format("backend {} ran zero cases: {}", br.name, zero_case_reason(b, s));
+  for (const auto& [key, sh] : s.shapes)
+    br.by_shape.push_back({sh.param, sh.bucket, sh.order, sh.cases, sh.failed, sh.max_ratio,
+                           sh.log2_cases > 0 ? sh.sum_log2 / static_cast<double>(sh.log2_cases) : 0.0});
   return br;
 }
 
@@ -95,13 +92,19 @@ reports::Report build_report(const ReportInputs& in) {
         backend_report(*b, it == in.stats.backends.end() ? BackendStats{} : it->second, in.findings));
     if (!r.backends.back().error.empty()) r.errors.push_back(r.backends.back().error);
   }
-  for (const auto& [sig, f] : in.findings) r.findings.push_back(f.report);
+  for (const auto& [sig, f] : in.findings) {
+    r.findings.push_back(f.report);
+    const auto it = in.stats.failing.find(f.report.id);
+    r.findings.back().cases = std::max<std::int64_t>(1, it == in.stats.failing.end() ? 0 : it->second);
+  }
+  r.groups = report_groups(in.findings, in.groups, in.stats.failing);
+  r.heatmaps = in.heatmaps;
   std::sort(r.findings.begin(), r.findings.end(),
             [](const auto& a, const auto& b) { return a.found_after_s < b.found_after_s; });
   for (const auto& [key, p] : in.stats.pairs) {
     const Backend* a = in.opts.backends->find(key.first);
-    r.divergence.push_back(
-        {a ? std::string(op_name(a->op())) : "?", key.first, key.second, p.max_ulps, p.shared});
+    r.divergence.push_back({a ? std::string(op_name(a->op())) : "?", key.first, key.second, p.max_ulps,
+                            p.shared, p.max_ratio, p.beyond, p.nonfinite});
   }
   r.known_findings = known_report(in);
   r.errors.insert(r.errors.end(), in.internal_errors.begin(), in.internal_errors.end());
@@ -121,15 +124,18 @@ void print_summary(const CampaignOptions& opts, const reports::Report& r, bool w
     o << fmt::format("{:<44} {:>8} {:>8} {:>8} {:>8} {:>10.3g}\n", b.name, b.cases_run, b.passed,
                      b.unsupported, failed, b.worst_ratio);
   }
-  o << fmt::format("\n{} cases, {} checks in {:.1f} s ({:.0f} checks/s); {} distinct findings\n", r.cases,
-                   r.checks, r.seconds, r.seconds > 0 ? static_cast<double>(r.checks) / r.seconds : 0.0,
-                   r.findings.size());
-  for (const auto& f : r.findings) {
-    o << fmt::format("  {} {} {} -> {}\n", f.backend, f.verdict, f.shape_class,
-                     f.bundle.empty() ? f.replay : (opts.out_dir / f.bundle).string());
-    if (!f.shape.empty())
-      o << fmt::format("    repro: {} ({} shrinks accepted of {} tried{})\n", f.shape, f.shrink_steps,
-                       f.shrink_tries, f.shrink_minimal ? ", minimal" : "");
+  o << fmt::format(
+      "\n{} cases, {} checks in {:.1f} s ({:.0f} checks/s); {} failing signatures in {} groups\n", r.cases,
+      r.checks, r.seconds, r.seconds > 0 ? static_cast<double>(r.checks) / r.seconds : 0.0, r.findings.size(),
+      r.groups.size());
+  for (const auto& g : r.groups) {
+    std::string cause;
+    for (const auto& f : g.features) cause += (cause.empty() ? "" : " + ") + f;
+    o << fmt::format("  {} {} [{}{}] {} cases -> {}\n", g.backend, g.verdict,
+                     cause.empty() ? "any case" : cause, g.shrunk ? "" : ", not shrunk", g.cases, g.replay);
+    if (g.shrunk)
+      o << fmt::format("    repro: {} ({} shrinks accepted of {} tried{})\n", g.shape, g.shrink_steps,
+                       g.shrink_tries, g.shrink_minimal ? ", minimal" : "");
   }
   for (const auto& k : r.known_findings) {
     if (k.cases > 0)

@@ -23,6 +23,8 @@ struct ReportInputs {
   const std::map<std::string, FindingState>& findings;
   const std::vector<std::string>& internal_errors;
   const KnownFindings& known;
+  const std::vector<GroupDef>& groups;
+  std::vector<reports::Heatmap> heatmaps;
 };
 
 // Exit code: 3 with internal errors, 1 with findings or zero-case errors, else 0.

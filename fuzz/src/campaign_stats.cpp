@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "driftcheck/fuzz/features.hpp"
 #include "driftcheck/fuzz/json_fields.hpp"
 #include "driftcheck/reports/json_text.hpp"
 
@@ -42,8 +43,31 @@ void BackendStats::record(const Evaluation& e, std::uint64_t index, const std::s
     stat_classes[shape].add(e.stat_p_value, index);
 }
 
+void BackendStats::record_shape(const CaseSpec& spec, const Evaluation& e) {
+  const double ratio =
+      e.verdict == Verdict::kNanMismatch || e.verdict == Verdict::kInfMismatch ? INFINITY : e.worst_ratio;
+  for (const ShapeKey& key : shape_buckets(spec)) {
+    ShapeStats& sh = shapes[key.param + "|" + key.bucket];
+    sh.param = key.param, sh.bucket = key.bucket, sh.order = key.order;
+    sh.add(ratio, is_failure(e.verdict));
+  }
+}
+
+void ShapeStats::add(double ratio, bool failing) {
+  ++cases, failed += failing;
+  if (ratio > max_ratio || std::isnan(ratio)) max_ratio = ratio;
+  if (std::isfinite(ratio) && ratio > 0) sum_log2 += std::log2(ratio), ++log2_cases;
+}
+
+void ShapeStats::merge(const ShapeStats& o) {
+  if (param.empty()) param = o.param, bucket = o.bucket, order = o.order;
+  cases += o.cases, failed += o.failed, sum_log2 += o.sum_log2, log2_cases += o.log2_cases;
+  if (o.max_ratio > max_ratio || std::isnan(o.max_ratio)) max_ratio = o.max_ratio;
+}
+
 void BackendStats::merge(const BackendStats& o) {
   if (o.run > 0 && worse(o.worst_ratio, o.worst_case)) worst_ratio = o.worst_ratio, worst_case = o.worst_case;
+  for (const auto& [k, sh] : o.shapes) shapes[k].merge(sh);
   run += o.run, unsupported += o.unsupported, passed += o.passed, seconds += o.seconds;
   for (const auto& [c, t] : o.stat_classes) stat_classes[c].merge(t);
   for (const auto& [r, n] : o.reasons) reasons[r] += n;
@@ -70,7 +94,16 @@ json BackendStats::to_json() const {
           {"worst_case", worst_case},
           {"seconds", seconds},
           {"drift", d},
-          {"stat_classes", classes}};
+          {"stat_classes", classes},
+          {"shapes", shapes_json()}};
+}
+
+json BackendStats::shapes_json() const {
+  json out = json::array();
+  for (const auto& [k, sh] : shapes)
+    out.push_back({sh.param, sh.bucket, sh.order, sh.cases, sh.failed, number_json(sh.max_ratio), sh.sum_log2,
+                   sh.log2_cases});
+  return out;
 }
 
 namespace {
@@ -110,30 +143,50 @@ BackendStats BackendStats::from_json(const json& j) {
       if (!item.value().is_object()) throw FieldError(name, "expected an object");
       s.stat_classes[item.key()] = within_field(name, [&] { return class_from_json(item.value()); });
     }
+  if (j.contains("shapes")) {  // journals written before error by shape have none
+    const json& shapes = array_field(j, "shapes");
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const json& a = shapes[i];
+      const std::string name = fmt::format("shapes[{}]", i);
+      if (!a.is_array() || a.size() != 8)
+        throw FieldError(name,
+                         "expected [param, bucket, order, cases, failed, max_ratio, sum_log2, log2_cases]");
+      const ShapeStats sh{string_value(a[0], name), string_value(a[1], name), number_value(a[2], name),
+                          int_value(a[3], name, 0), int_value(a[4], name, 0), number_value(a[5], name),
+                          number_value(a[6], name), int_value(a[7], name, 0)};
+      s.shapes[sh.param + "|" + sh.bucket] = sh;
+    }
+  }
   return s;
+}
+
+void PairStats::merge(const PairStats& o) {
+  if (o.max_ulps > max_ulps || std::isnan(o.max_ulps)) max_ulps = o.max_ulps;
+  if (o.max_ratio > max_ratio || std::isnan(o.max_ratio)) max_ratio = o.max_ratio;
+  shared += o.shared, beyond += o.beyond, nonfinite += o.nonfinite;
 }
 
 void Stats::merge(const Stats& o) {
   for (const auto& [n, b] : o.backends) backends[n].merge(b);
-  for (const auto& [k, p] : o.pairs) {
-    auto& mine = pairs[k];
-    if (p.max_ulps > mine.max_ulps || std::isnan(p.max_ulps)) mine.max_ulps = p.max_ulps;
-    mine.shared += p.shared;
-  }
+  for (const auto& [k, p] : o.pairs) pairs[k].merge(p);
   for (const auto& [n, op] : o.ops)
     ops[n].cases += op.cases, ops[n].reference_seconds += op.reference_seconds;
   checks += o.checks;
+  for (const auto& [id, n] : o.failing) failing[id] += n;
 }
 
 json Stats::to_json() const {
   json b = json::object(), p = json::array(), o = json::object();
   for (const auto& [n, s] : backends) b[n] = s.to_json();
-  for (const auto& [k, s] : pairs) p.push_back({k.first, k.second, number_json(s.max_ulps), s.shared});
+  for (const auto& [k, s] : pairs)
+    p.push_back({k.first, k.second, number_json(s.max_ulps), s.shared, number_json(s.max_ratio), s.beyond,
+                 s.nonfinite});
   for (const auto& [n, s] : ops) o[n] = {s.cases, s.reference_seconds};
-  return {{"backends", b}, {"pairs", p}, {"ops", o}, {"checks", checks}};
+  return {{"backends", b}, {"pairs", p}, {"ops", o}, {"checks", checks}, {"failing", failing}};
 }
 
-// pairs: [[a, b, max_ulps, shared], ...]; ops: {"op": [cases, reference_seconds], ...}.
+// pairs: [[a, b, max_ulps, shared, max_ratio, beyond, nonfinite], ...]; ops: {"op": [cases,
+// reference_seconds], ...}; failing: {"finding id": cases, ...}.
 Stats Stats::from_json(const json& j) {
   Stats s;
   for (const auto& item : object_field(j, "backends").items())
@@ -143,9 +196,14 @@ Stats Stats::from_json(const json& j) {
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     const json& p = pairs[i];
     const std::string name = fmt::format("pairs[{}]", i);
-    if (!p.is_array() || p.size() != 4) throw FieldError(name, "expected [a, b, max_ulps, shared]");
-    s.pairs[{string_value(p[0], name), string_value(p[1], name)}] = {number_value(p[2], name),
-                                                                     int_value(p[3], name, 0)};
+    // Journals written before the tolerance-relative divergence have the first four only.
+    if (!p.is_array() || (p.size() != 4 && p.size() != 7))
+      throw FieldError(name, "expected [a, b, max_ulps, shared, max_ratio, beyond, nonfinite]");
+    PairStats ps{number_value(p[2], name), int_value(p[3], name, 0)};
+    if (p.size() == 7)
+      ps.max_ratio = number_value(p[4], name), ps.beyond = int_value(p[5], name, 0),
+      ps.nonfinite = int_value(p[6], name, 0);
+    s.pairs[{string_value(p[0], name), string_value(p[1], name)}] = ps;
   }
   for (const auto& [n, o] : object_field(j, "ops").items()) {
     const std::string name = "ops." + n;
@@ -153,6 +211,7 @@ Stats Stats::from_json(const json& j) {
     s.ops[n] = {int_value(o[0], name, 0), number_value(o[1], name)};
   }
   s.checks = int_field(j, "checks", 0);
+  if (j.contains("failing")) s.failing = counts_from(j, "failing");  // journals before groups have none
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "driftcheck/fuzz/oracle.hpp"
+#include "driftcheck/fuzz/spec.hpp"
 #include "driftcheck/reports/drift.hpp"
 
 namespace driftcheck::fuzz {
@@ -23,6 +24,20 @@ using reports::number_json;
 // keeps checkpoints and memory flat over long campaigns.
 inline constexpr std::size_t kMaxReasons = 16;
 
+// The cases of one backend in one bucket of a shape parameter (features.hpp shape_buckets).
+struct ShapeStats {
+  std::string param;
+  std::string bucket;
+  double order = 0;
+  std::int64_t cases = 0, failed = 0;
+  double max_ratio = 0;
+  double sum_log2 = 0;  // of the finite, non-zero ratios
+  std::int64_t log2_cases = 0;
+
+  void add(double ratio, bool failing);
+  void merge(const ShapeStats& o);
+};
+
 struct BackendStats {
   std::int64_t run = 0, unsupported = 0, passed = 0;
   std::map<std::string, StatisticalClass> stat_classes;  // the statistical tier's counts by shape class
@@ -32,21 +47,33 @@ struct BackendStats {
   std::uint64_t worst_case = 0;
   double seconds = 0;
   std::map<std::string, reports::DriftStats> drift;  // by drift_format() of the case
+  std::map<std::string, ShapeStats> shapes;          // by "param|bucket"
 
   // Folds in one judged (supported) evaluation of case `index` of shape class `shape`: run, passed or
   // failures by verdict, worst ratio, the statistical tier's class counts.
   void record(const Evaluation& e, std::uint64_t index, const std::string& shape);
+  // Folds the same evaluation into the buckets of the case's shape parameters (features.hpp shape_buckets); a
+  // NaN/Inf output counts as an infinite ratio there.
+  void record_shape(const CaseSpec& spec, const Evaluation& e);
   void merge(const BackendStats& o);
   // Whether case `index` with `ratio` would be the new worst case (reports::worse_case: independent of the
   // order cases are folded in).
   bool worse(double ratio, std::uint64_t index) const;
   nlohmann::json to_json() const;
+  nlohmann::json shapes_json() const;
   static BackendStats from_json(const nlohmann::json& j);  // throws FieldError (json_fields.hpp)
 };
 
+// Two backends of one op over the cases both ran: the largest divergence in ulps and relative to the pair's
+// tolerance (oracle.hpp pair_divergence), and how many shared cases were beyond it or NaN/Inf on one side.
 struct PairStats {
   double max_ulps = 0;
   std::int64_t shared = 0;
+  double max_ratio = 0;
+  std::int64_t beyond = 0;
+  std::int64_t nonfinite = 0;
+
+  void merge(const PairStats& o);
 };
 
 struct OpStats {
@@ -60,6 +87,7 @@ struct Stats {
   std::map<std::pair<std::string, std::string>, PairStats> pairs;
   std::map<std::string, OpStats> ops;
   std::int64_t checks = 0;
+  std::map<std::string, std::int64_t> failing;  // failing cases by finding id (signature)
 
   void merge(const Stats& o);
   nlohmann::json to_json() const;

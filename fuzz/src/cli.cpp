@@ -149,7 +149,7 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
   const CampaignResult r = run_campaign(o);
   if (!a.corpus.empty()) {
     const CorpusTally added = add_findings_to_corpus(r.report, o.out_dir, a.corpus);
-    err << fmt::format("corpus {}: {} shrunk findings added, {} already there\n", a.corpus, added.added,
+    err << fmt::format("corpus {}: {} finding groups added, {} already there\n", a.corpus, added.added,
                        added.present);
   }
   return r.exit_code;
@@ -216,8 +216,10 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
   cmd.add_option("--cases", a.cases, "case budget (total, resumed cases included)")
       ->check(uint64_text() & at_least(0, true))
       ->excludes(secs);
-  cmd.add_option("--shrink-seconds", a.shrink_seconds,
-                 "shrink phase after the budget (default 25% of --seconds, at least 5 s; 0: no shrinking)")
+  cmd.add_option(
+         "--shrink-seconds", a.shrink_seconds,
+         "grouping phase (shrinking findings by cause) after the budget (default 25% of --seconds, at "
+         "least 5 s; 0: no grouping)")
       ->check(at_least(0, false));
   auto* seed = cmd.add_option("--seed", a.seed, "campaign seed (default 1)")->check(uint64_text());
   cmd.add_option("--jobs", a.jobs, "worker threads (default: one per core)")->check(at_least(0, false));
@@ -233,7 +235,9 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
       ->excludes(op, be, seed, mut, model);
   add_shard_options(cmd, a.shard);
   add_progress_options(cmd, a.progress);
-  cmd.add_option("--corpus", a.corpus, "add every shrunk finding to this regression corpus (docs/GATE.md)");
+  cmd.add_option(
+      "--corpus", a.corpus,
+      "add the shrunk representative of every finding group to this regression corpus (docs/GATE.md)");
 }
 
 void add_replay_options(CLI::App& cmd, ReplayArgs& a) {
@@ -269,7 +273,8 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
                               add_corpus_command(app, ctx),
                               add_golden_command(app, ctx, backend_args),
                               add_compare_command(app, ctx),
-                              add_merge_command(app, ctx, backend_args)};
+                              add_merge_command(app, ctx, backend_args),
+                              add_report_command(app, ctx)};
   add_backend_options(*commands[7].app, backend_args, true);  // compare: a real kernel is often external
   try {
     app.parse(argc, argv);

@@ -17,6 +17,7 @@
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/cli.hpp"
 #include "driftcheck/fuzz/exchange.hpp"
+#include "driftcheck/fuzz/features.hpp"
 #include "exchange_files.hpp"
 
 namespace driftcheck::fuzz {
@@ -121,7 +122,7 @@ class Checker {
 
  private:
   void judge(const ManifestCase& mc);
-  void on_failure(const ManifestCase& mc, const PreparedCase& p, const Evaluation& e);
+  std::string on_failure(const ManifestCase& mc, const PreparedCase& p, const Evaluation& e);
   void input_error(const std::string& line) {
     if (o_.log) *o_.log << "driftcheck: bad input: " << line << "\n";
     input_errors_.push_back(line);
@@ -175,33 +176,27 @@ void Checker::judge(const ManifestCase& mc) {
   }
   ++stats_.checks;
   s.record(e, mc.index, mc.shape_class);
-  if (is_failure(e.verdict)) on_failure(mc, p, e);
+  s.record_shape(mc.spec, e);
+  if (is_failure(e.verdict)) ++stats_.failing[on_failure(mc, p, e)];
 }
 
-// The first case of a signature is a finding with a repro bundle, as in a campaign.
-void Checker::on_failure(const ManifestCase& mc, const PreparedCase& p, const Evaluation& e) {
+// The first case of a signature is a finding with a repro bundle, as in a campaign. Returns its id.
+std::string Checker::on_failure(const ManifestCase& mc, const PreparedCase& p, const Evaluation& e) {
   const std::string sig = signature_of(mc.op, decl_.name, e.verdict, mc.shape_class);
-  if (findings_.count(sig)) return;
+  if (const auto it = findings_.find(sig); it != findings_.end()) return it->second.report.id;
   const std::string id = finding_id(decl_.name, e.verdict, sig);
   FindingRecord rec;
   rec.id = id, rec.backend = decl_.name, rec.shape_class = mc.shape_class, rec.replay = replay(mc);
   rec.replay_stream = stream_replay_command(mc.op, mc.seed, mc.index, "<backend>");
   rec.seed = mc.seed, rec.case_index = mc.index, rec.evaluation = e;
   write_bundle(o_.out_dir / "findings" / id, mc.spec, p.input, rec);
-  findings_[sig].report = {id,
-                           std::string(op_name(mc.op)),
-                           decl_.name,
-                           std::string(verdict_name(e.verdict)),
-                           mc.shape_class,
-                           e.detail,
-                           e.worst_ratio,
-                           mc.seed,
-                           mc.index,
-                           elapsed(),
-                           0,
-                           fmt::format("findings/{}", id),
-                           replay(mc)};
+  reports::FindingReport& f = findings_[sig].report;
+  f.id = id, f.op = std::string(op_name(mc.op)), f.backend = decl_.name;
+  f.verdict = std::string(verdict_name(e.verdict)), f.shape_class = mc.shape_class, f.detail = e.detail;
+  f.worst_ratio = e.worst_ratio, f.seed = mc.seed, f.case_index = mc.index, f.found_after_s = elapsed();
+  f.bundle = fmt::format("findings/{}", id), f.replay = replay(mc), f.features = case_features(mc.spec);
   findings_[sig].bundled = true;
+  return id;
 }
 
 CheckResultSet Checker::run() {
@@ -233,11 +228,12 @@ CheckResultSet Checker::run() {
   opts.backends = &registry();
   Selection sel;
   sel.ops = {decl_.op}, sel.backends = {&described_};
-  // No known findings: explaining a failure re-runs the backend with its defects repaired, and outputs read
-  // from files cannot be re-run.
+  // Outputs made elsewhere cannot be re-run here: no known findings (explaining a failure re-runs the backend
+  // with its defects repaired), no grouping by shrinking, no heatmaps; findings group by the features their
+  // cases share (report_groups).
   const KnownFindings no_known;
   reports::Report r =
-      build_report({opts, sel, stats_, cases_, elapsed(), findings_, internal_errors_, no_known});
+      build_report({opts, sel, stats_, cases_, elapsed(), findings_, internal_errors_, no_known, {}, {}});
   r.errors.insert(r.errors.end(), input_errors_.begin(), input_errors_.end());
   // Bad input outranks findings (the run is incomplete), an internal error outranks both.
   r.exit_code = !internal_errors_.empty() ? kExitInternal : !input_errors_.empty() ? kExitUsage : r.exit_code;

@@ -90,5 +90,6 @@ Command add_compare_command(CLI::App& app, const CliContext& ctx);  // compare (
 // merge (cmd_merge.cpp): takes --backends / --plugin into `backends` (the shards' external backends, by
 // name).
 Command add_merge_command(CLI::App& app, const CliContext& ctx, BackendArgs& backends);
+Command add_report_command(CLI::App& app, const CliContext& ctx);  // report (cmd_report.cpp)
 
 }  // namespace driftcheck::fuzz

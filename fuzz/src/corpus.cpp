@@ -86,9 +86,10 @@ CorpusAdd corpus_add(const fs::path& corpus, const fs::path& bundle) {
 CorpusTally add_findings_to_corpus(const reports::Report& campaign, const fs::path& out_dir,
                                    const fs::path& corpus) {
   CorpusTally t;
-  for (const auto& f : campaign.findings) {
-    if (!f.shrunk || f.bundle.empty()) continue;
-    (corpus_add(corpus, out_dir / f.bundle).added ? t.added : t.present)++;
+  // Each group's representative: the shrunk, ablated case of one cause (docs/CAMPAIGN.md).
+  for (const auto& g : campaign.groups) {
+    if (!g.shrunk || g.representative.empty()) continue;
+    (corpus_add(corpus, out_dir / g.representative).added ? t.added : t.present)++;
   }
   return t;
 }

@@ -578,6 +578,40 @@ double divergence_ulps(const Outputs& a, const Outputs& b, const Case& c) {
   return worst;
 }
 
+Tolerances tolerances(const PreparedCase& pc, const Numerics& n) {
+  Tolerances out;
+  for (const auto& [name, ref_t] : pc.reference) {
+    const ErrorModel& model = pc.model.at(name);
+    const auto ref = ref_t.to_f64();
+    auto& tol = out[name];
+    tol.resize(ref.size());
+    for (std::size_t i = 0; i < ref.size(); ++i) tol[i] = tolerance(model, n, i, ref[i]);
+  }
+  return out;
+}
+
+PairDivergence pair_divergence(const Outputs& a, const Tolerances& tol_a, const Outputs& b,
+                               const Tolerances& tol_b) {
+  PairDivergence d;
+  for (const auto& [name, ta] : a) {
+    const auto it = b.find(name);
+    const auto ita = tol_a.find(name), itb = tol_b.find(name);
+    if (it == b.end() || ita == tol_a.end() || itb == tol_b.end()) continue;
+    const auto va = ta.to_f64(), vb = it->second.to_f64();
+    const std::size_t n = std::min({va.size(), vb.size(), ita->second.size(), itb->second.size()});
+    for (std::size_t i = 0; i < n; ++i) {
+      if (va[i] == vb[i] || (std::isnan(va[i]) && std::isnan(vb[i]))) continue;
+      if (!std::isfinite(va[i]) || !std::isfinite(vb[i])) {
+        d.nonfinite = true;
+        continue;
+      }
+      const double pair_tol = ita->second[i] + itb->second[i];
+      d.max_ratio = std::max(d.max_ratio, pair_tol > 0 ? std::fabs(va[i] - vb[i]) / pair_tol : kInf);
+    }
+  }
+  return d;
+}
+
 Evaluation compare_fused_unfused(const PreparedCase& pc, const Outputs& fused, const Numerics& fused_numerics,
                                  const Outputs& unfused, const Numerics& unfused_numerics) {
   Evaluation ev;

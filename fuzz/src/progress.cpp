@@ -68,7 +68,10 @@ Progress::Progress(std::ostream* out, ProgressStyle style, std::string task, std
       task_(std::move(task)),
       unit_(std::move(unit)),
       goal_(goal),
-      start_(std::chrono::steady_clock::now()) {}
+      start_(std::chrono::steady_clock::now()),
+      // A bar draws at once; a log line or a JSON record only once an interval has passed (short work prints
+      // just its final line).
+      last_emit_s_(style.mode == ProgressMode::kBar ? -1e9 : 0.0) {}
 
 Progress::~Progress() {
   // A bar left mid-line would glue the next message to it.

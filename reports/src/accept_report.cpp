@@ -14,11 +14,6 @@ using nlohmann::json;
 
 // KL is infinite when a backend's logits are NaN/Inf: written as every driftcheck JSON file writes non-finite
 // numbers (json_text.hpp).
-double num_from(const json& j) {
-  if (const auto v = read_number_json(j)) return *v;
-  throw std::runtime_error(fmt::format("{} is not a number", j.dump()));
-}
-
 json row_json(const AcceptRow& r) {
   return {{"backend", r.backend},
           {"op", r.op},
@@ -49,7 +44,8 @@ AcceptRow row_from(const json& j) {
   r.kept_reference = j.at("kept_reference").get<std::vector<std::string>>();
   r.positions = j.at("positions"), r.nonfinite_positions = j.at("nonfinite_positions");
   r.top1_agreement = j.at("top1_agreement"), r.topk_overlap = j.at("topk_overlap");
-  r.kl_mean = num_from(j.at("kl_mean")), r.kl_max = num_from(j.at("kl_max")), r.tv_mean = j.at("tv_mean");
+  r.kl_mean = number_from_json(j.at("kl_mean")), r.kl_max = number_from_json(j.at("kl_max")),
+  r.tv_mean = j.at("tv_mean");
   r.greedy_k2 = j.at("greedy_k2"), r.greedy_k3 = j.at("greedy_k3");
   r.sampling_k2 = j.at("sampling_k2"), r.sampling_k3 = j.at("sampling_k3");
   r.accepted_length_k3 = j.at("accepted_length_k3"), r.seconds = j.at("seconds");
@@ -128,6 +124,8 @@ AcceptReport accept_report_from_json(const json& j) {
     r.seconds = j.at("seconds"), r.exit_code = j.at("exit_code");
     return r;
   } catch (const json::exception& e) {
+    throw std::runtime_error(fmt::format("malformed {}: {}", kAcceptFormatName, e.what()));
+  } catch (const std::invalid_argument& e) {  // a number string that is not inf/nan (json_text.hpp)
     throw std::runtime_error(fmt::format("malformed {}: {}", kAcceptFormatName, e.what()));
   }
 }

@@ -4,38 +4,10 @@
 #include <fmt/format.h>
 
 #include "driftcheck/reports/gate_report.hpp"
+#include "markup.hpp"
 
 namespace driftcheck::reports {
 namespace {
-
-// XML 1.0 forbids most control characters even escaped: they become '?'. Bytes >= 0x80 pass through (UTF-8).
-std::string xml_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += (c < 0x20 && ch != '\n' && ch != '\t' && ch != '\r') ? '?' : ch;
-    }
-  }
-  return out;
-}
 
 void properties(const std::vector<std::pair<std::string, std::string>>& props, std::string_view indent,
                 std::string& xml) {

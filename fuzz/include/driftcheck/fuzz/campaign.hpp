@@ -3,11 +3,12 @@
 // Case k of seed s is draw_case(ops[k % ops.size()], s, k): replayable alone with the op, seed and index.
 // Worker threads take case indices from an atomic counter; each case is prepared once (reference + baseline)
 // and judged for every selected backend of its op. A failing case is deduplicated by (op, backend, verdict,
-// shape class of the drawn case), journaled and saved at once as a repro bundle of the drawn case. After the
-// discovery budget, a shrink phase (its own budget) replaces bundles with shrunk ones: RapidCheck's shrink
-// tree, first shrink that still fails with the same verdict, repeated within a step budget. Everything is
-// journaled (journal.hpp) so a killed campaign resumes where its last checkpoint says, and ends with
-// report.json / report.md (reports/report.hpp).
+// shape class of the drawn case) and journaled at once; the first two of each (backend, verdict) are also
+// saved at once as repro bundles of the drawn case. After the discovery budget, a grouping phase (its own
+// budget) groups findings by cause: per (backend, verdict), a finding no group explains is shrunk to a
+// minimum and its unneeded features ablated, and the result is the group's representative bundle.
+// Everything is journaled (journal.hpp) so a killed campaign resumes where its last checkpoint says, and ends
+// with report.json / report.md / report.html (reports/report.hpp).
 #pragma once
 
 #include <atomic>
@@ -46,10 +47,10 @@ struct CampaignOptions {
   int jobs = 0;  // 0: one per hardware thread
   std::filesystem::path out_dir = "driftcheck-out";
   bool resume = false;
-  int shrink_steps = 1000;  // evaluations the shrink of one finding may spend
+  int shrink_steps = 1000;  // candidates the shrink of one finding may evaluate
   // A shrink spends at most this long on one finding, so one huge attention case cannot eat the whole phase.
   double shrink_seconds_per_finding = 10.0;
-  std::optional<double> shrink_seconds;  // shrink phase after discovery; default 25% of seconds (>= 5 s)
+  std::optional<double> shrink_seconds;  // grouping phase after discovery; default 25% of seconds (>= 5 s)
   double checkpoint_seconds = 2.0;       // progress records in the journal
   std::string command_line;              // recorded in the report
   std::ostream* log = nullptr;           // progress and summary (nullptr: silent)

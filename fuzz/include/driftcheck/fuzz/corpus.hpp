@@ -38,7 +38,8 @@ struct CorpusAdd {
 // for a bad bundle, InputError("corpus", ...) for a directory that is not a corpus of this version.
 CorpusAdd corpus_add(const std::filesystem::path& corpus, const std::filesystem::path& bundle);
 
-// `driftcheck fuzz --corpus DIR`: adds the bundle of every shrunk finding of a campaign written to `out_dir`.
+// `driftcheck fuzz --corpus DIR`: adds the representative (shrunk) bundle of every finding group of a
+// campaign written to `out_dir`.
 struct CorpusTally {
   std::size_t added = 0, present = 0;
 };

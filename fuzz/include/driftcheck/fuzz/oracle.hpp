@@ -184,6 +184,23 @@ double divergence_ulps(const Outputs& a, const Outputs& b, DType out_dtype);
 // in fp32).
 double divergence_ulps(const Outputs& a, const Outputs& b, const Case& c);
 
+// Every output's per-element tolerance for a backend with numerics `n`, exactly as evaluate() judges it (0
+// for bit-exact outputs).
+using Tolerances = std::map<std::string, std::vector<double>, std::less<>>;
+Tolerances tolerances(const PreparedCase& prepared, const Numerics& n);
+
+// How far two backends' outputs are apart relative to their pair's tolerance: the largest elementwise
+// |a - b| / (tol_a + tol_b). Both are judged against the same reference, so two backends that both pass are
+// within tol_a + tol_b of each other (triangle inequality): <= 1 reads "as close as two correct kernels may
+// be", > 1 says at least one of them is wrong there. Where both tolerances are 0 (bit-exact outputs) any
+// difference is an infinite ratio. `nonfinite`: NaN on one side only, or unequal infinities.
+struct PairDivergence {
+  double max_ratio = 0;
+  bool nonfinite = false;
+};
+PairDivergence pair_divergence(const Outputs& a, const Tolerances& tol_a, const Outputs& b,
+                               const Tolerances& tol_b);
+
 // Fused vs unfused chains (dual_rmsnorm_cat against rmsnorm + concat, DOMAIN.md section 1): two correct
 // chains differ by rounding order only, so each element may differ by at most the sum of the two backends'
 // tolerances against the reference (triangle inequality through the reference). kFusedUnfusedDrift beyond

@@ -71,7 +71,7 @@ class Progress {
   ProgressGoal goal_;
   std::chrono::steady_clock::time_point start_;
   std::mutex mu_;
-  double last_emit_s_ = -1e9;
+  double last_emit_s_;
   bool finished_ = false;
   bool bar_drawn_ = false;
 };

@@ -20,12 +20,25 @@
 namespace driftcheck::reports {
 
 // Bumped on any change a reader of report.json would notice (renamed or removed field, changed meaning).
-inline constexpr int kReportFormatVersion = 1;
+inline constexpr int kReportFormatVersion = 2;
 inline constexpr std::string_view kReportFormatName = "driftcheck.report";
 
 struct ReasonCount {
   std::string reason;
   std::int64_t count = 0;
+};
+
+// One value (or range) of a shape parameter that drives error ("seq_len" "65-128"), for one backend: how the
+// cases with it went. `order` sorts the buckets along the parameter's axis.
+struct ShapeBucket {
+  std::string param;
+  std::string bucket;
+  double order = 0;
+  std::int64_t cases = 0;
+  std::int64_t failed = 0;
+  double max_ratio = 0;  // largest error / tolerance (inf: a NaN/Inf output)
+  double mean_log2_ratio =
+      0;  // mean log2 of the finite, non-zero ratios (geometric mean of the typical case)
 };
 
 struct BackendReport {
@@ -43,6 +56,7 @@ struct BackendReport {
   double check_seconds = 0;                 // time spent running and judging it
   std::optional<double> first_finding_s;    // campaign seconds until its first failing case
   std::string error;                        // non-empty when it was asked for and ran zero cases
+  std::vector<ShapeBucket> by_shape;        // error against the shape parameters that drive it
   std::map<std::string, DriftStats> drift;  // by storage format of the cases ("bf16", "bf16+fp8_e4m3fn")
 };
 
@@ -76,22 +90,83 @@ struct FindingReport {
   std::uint64_t seed = 0;
   std::uint64_t case_index = 0;
   double found_after_s = 0;
-  std::int64_t shrink_steps = 0;  // shrinks accepted on the way to the bundled case
-  std::string bundle;             // directory of the repro bundle, relative to the campaign directory
-  std::string replay;             // command that reproduces it alone
-  bool shrunk = false;            // the bundle holds the shrunk case (the shrink phase handled it)
-  std::int64_t shrink_tries = 0;  // shrink candidates evaluated
-  bool shrink_minimal = false;    // the shrink ended at a minimum (no candidate step still failed)
-  std::string shape{};            // the bundled case's shape in one line (fuzz::shape_line)
+  std::int64_t shrink_steps = 0;  // 0: finding bundles hold the drawn case (groups hold shrunk ones)
+  std::string bundle;  // directory of the repro bundle, relative to the campaign directory (empty: none kept)
+  std::string replay;  // command that reproduces it alone
+  std::vector<std::string> features;  // of the drawn case (features.hpp)
+  std::int64_t cases = 0;             // failing cases with this signature
+  std::string shape{};                // the bundled case's shape in one line (fuzz::shape_line)
 };
 
-// Largest divergence in ulps of the output format between two backends of one op, over the cases both ran.
+// How far two backends of one op are apart over the cases both ran. `max_ratio` is the largest elementwise
+// |a - b| / (tol_a + tol_b), each backend's own tolerance against the reference: two backends that both pass
+// are within tol_a + tol_b of each other (triangle inequality through the reference), so <= 1 reads "as close
+// as two correct kernels may be" and > 1 says at least one of them is wrong there. `max_ulps` is kept for
+// readers of version 1.
 struct DivergenceCell {
   std::string op;
   std::string a;
   std::string b;
   double max_ulps = 0;
   std::int64_t shared_cases = 0;
+  double max_ratio = 0;
+  std::int64_t beyond_cases = 0;     // shared cases with max_ratio > 1
+  std::int64_t nonfinite_cases = 0;  // shared cases where one side had NaN/Inf and the other did not
+};
+
+// Where the error sits in one case: a grid of error / tolerance over the output (rows: tokens; columns:
+// channels, or heads x head dims for attention), each cell the largest ratio of the elements it covers.
+struct Heatmap {
+  std::string backend;
+  std::string op;
+  std::string output;     // "y", "o", "out"
+  std::string row_label;  // "token"
+  std::string col_label;  // "channel", "head x dim"
+  std::uint64_t seed = 0;
+  std::uint64_t case_index = 0;
+  std::string shape_class;
+  std::string replay;
+  std::int64_t full_rows = 0, full_cols = 0;  // the output's logical size
+  std::int64_t rows = 0, cols = 0;            // the grid's size (cells pool rows and columns)
+  std::int64_t col_group = 0;                 // columns per head (attention), 0 otherwise
+  std::vector<double> cells;                  // row-major; 0 exact, +inf NaN/Inf mismatch
+};
+
+// Findings that share a cause: one backend, one verdict and the smallest feature set of the case that still
+// fails after shrinking (features.hpp). One representative bundle (shrunk), a few more bundles at most, and
+// every other failing signature as a stream case (seed + index), replayable alone.
+struct GroupMember {
+  std::string id;
+  std::string shape_class;
+  std::uint64_t seed = 0;
+  std::uint64_t case_index = 0;
+  std::int64_t cases = 0;  // failing cases with this signature
+  std::string bundle;      // empty: not kept (replay from the stream)
+  std::string replay;
+};
+
+struct FindingGroup {
+  std::string id;
+  std::string op;
+  std::string backend;
+  std::string verdict;
+  std::vector<std::string> features;    // the cause, e.g. {"GQA", "seq_len % block_size != 0"}
+  bool shrunk = false;                  // features come from a shrunk case (else: the drawn case's)
+  bool confirmed = false;               // every feature was checked necessary by ablation
+  std::vector<std::string> not_needed;  // features the ablation found the failure does not need
+  std::int64_t cases = 0;               // failing cases over every member signature
+  std::vector<std::string> shape_classes;
+  double worst_ratio = 0;
+  double worst_value = 0, worst_reference = 0, worst_tolerance = 0;  // at the representative's worst element
+  std::string worst_output;
+  std::string detail;
+  std::string representative;     // bundle directory (relative to the campaign directory)
+  std::string replay;             // replays the representative alone
+  std::string shape;              // the representative's shape in one line (fuzz::shape_line)
+  std::int64_t shrink_steps = 0;  // shrinks accepted from the drawn case to the representative
+  std::int64_t shrink_tries = 0;  // shrink candidates evaluated
+  bool shrink_minimal = false;    // the shrink ended at a minimum (no candidate step still failed)
+  std::vector<GroupMember> members;
 };
 
 struct Report {
@@ -109,12 +184,16 @@ struct Report {
   std::vector<std::string> unavailable;  // "gpu.attn.unified: no GPU found"
   std::vector<std::string> errors;  // campaign-level failures: zero-case backends or ops, internal errors
   int exit_code = 0;
+  std::vector<FindingGroup> groups;  // worst first
+  std::vector<Heatmap> heatmaps;
 };
 
 nlohmann::json to_json(const Report& r);
+// Reads what to_json wrote (version 1 or 2). Throws std::runtime_error with a one-line reason.
+Report report_from_json(const nlohmann::json& j);
 std::string to_markdown(const Report& r);
 
-// DIR/report.json and DIR/report.md.
+// DIR/report.json, report.md and report.html (this run alone, html.hpp).
 void write_reports(const Report& r, const std::filesystem::path& dir);
 
 }  // namespace driftcheck::reports

@@ -1,0 +1,316 @@
+#include "campaign_groups.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <deque>
+#include <mutex>
+#include <ostream>
+#include <set>
+#include <system_error>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "campaign_shrink.hpp"
+#include "driftcheck/fuzz/features.hpp"
+#include "driftcheck/reports/numbers.hpp"
+#include "thread_group.hpp"
+
+namespace driftcheck::fuzz {
+namespace {
+
+std::string class_of(const reports::FindingReport& r) {
+  return r.backend + "|" + r.verdict;
+}
+
+std::string group_id(const std::string& backend, const std::string& verdict,
+                     const std::vector<std::string>& f) {
+  std::string key = backend + "|" + verdict;
+  for (const auto& s : f) key += "|" + s;
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a: the same cause gets the same id in every run
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{}-{}-g{:08x}", backend, verdict, static_cast<std::uint32_t>(h ^ (h >> 32)));
+}
+
+// The groups of a finding's class that explain it, most specific (most features) first.
+const GroupDef* best_group(const std::string& signature, const reports::FindingReport& r,
+                           const std::vector<GroupDef>& groups) {
+  const GroupDef* best = nullptr;
+  for (const auto& g : groups) {
+    if (g.backend != r.backend || g.verdict != r.verdict) continue;
+    if (g.representative == signature) return &g;
+    if (has_all(r.features, g.features) && (best == nullptr || g.features.size() > best->features.size()))
+      best = &g;
+  }
+  return best;
+}
+
+// A finding's case reduced to its cause: shrunk to a minimum, its unneeded features removed.
+struct Reduced {
+  CaseSpec spec;
+  Attempt attempt;
+  ShrinkCounts counts;
+  std::vector<std::string> not_needed;
+  bool confirmed = true;
+};
+
+struct Budget {
+  int max_tries;
+  Clock::time_point shrink_until;  // the per-finding cap
+  Clock::time_point deadline;      // the phase's
+  const std::atomic<bool>* interrupt;
+  bool stopped() const { return Clock::now() >= deadline || (interrupt != nullptr && interrupt->load()); }
+};
+
+// Removes each feature of the case in turn; a removal after which the case still fails the same way is kept
+// (that feature is not part of the cause) and the walk restarts, since an edit can change which features the
+// case has. `tested` carries the features already tried over calls. True when a feature was removed.
+bool ablate(const Backend& b, Verdict v, std::uint64_t seed, std::uint64_t index, const Budget& budget,
+            std::set<std::string>& tested, Reduced& r) {
+  bool removed = false;
+  for (bool changed = true; changed && !budget.stopped();) {
+    changed = false;
+    for (const auto& f : case_features(r.spec)) {
+      if (!tested.insert(f).second) continue;
+      const auto without = without_feature(r.spec, f);
+      if (!without) continue;
+      auto a = attempt(b, *without, seed, index, checks_for(v));
+      if (a && a->evaluation.verdict == v) {
+        r.not_needed.push_back(f);
+        r.spec = *without, r.attempt = std::move(*a);
+        changed = removed = true;
+        break;
+      }
+    }
+  }
+  return removed;
+}
+
+// Shrink, then ablate; a removed feature can open new shrinks (a wider format no longer needs its long
+// context), so the two alternate until an ablation removes nothing, the later shrinks never bringing back a
+// removed feature (a row one element shorter is smaller, but "H % 8 != 0" is not the cause). The
+// representative is then a minimum of the shrink among cases without the removed features (when
+// `counts.minimal`), and every feature left was tested necessary (when `confirmed`).
+Reduced reduce(const Backend& b, Verdict v, const CaseSpec& drawn, Attempt first, std::uint64_t seed,
+               std::uint64_t index, const Budget& budget) {
+  Shrunk s = shrink(b, v, drawn, std::move(first), seed, index, budget.max_tries, budget.shrink_until,
+                    budget.interrupt);
+  Reduced r{std::move(s.spec), std::move(s.attempt), s.counts, {}, true};
+  std::set<std::string> tested;
+  while (ablate(b, v, seed, index, budget, tested, r) && !budget.stopped()) {
+    const int left = budget.max_tries - static_cast<int>(r.counts.tried);
+    Shrunk again = shrink(b, v, r.spec, std::move(r.attempt), seed, index, left, budget.shrink_until,
+                          budget.interrupt, r.not_needed);
+    r.spec = std::move(again.spec), r.attempt = std::move(again.attempt);
+    r.counts.accepted += again.counts.accepted, r.counts.tried += again.counts.tried;
+    r.counts.minimal = again.counts.minimal;
+  }
+  for (const auto& f : case_features(r.spec))
+    if (!tested.count(f) || !without_feature(r.spec, f)) r.confirmed = false;
+  return r;
+}
+
+class GroupPhase {
+ public:
+  GroupPhase(Findings& findings, const CampaignOptions& opts) : findings_(findings), opts_(opts) {
+    // Stream order (case index): discovery order with one job, and the same order when a resumed run found
+    // some of them again (found_after_s restarts with the run's clock).
+    std::vector<std::pair<std::uint64_t, std::string>> order;
+    for (const auto& [sig, f] : findings.snapshot()) order.emplace_back(f.report.case_index, sig);
+    std::sort(order.begin(), order.end());
+    for (const auto& [index, sig] : order) {
+      const auto f = findings.find(sig);
+      const std::string c = class_of(f->report);
+      if (!by_class_.count(c)) turns_.push_back(c);
+      by_class_[c].push_back(sig);
+    }
+  }
+
+  PhaseResult run(int jobs, double budget) {
+    deadline_ = after(budget);
+    if (opts_.log && !turns_.empty() && opts_.progress.mode != ProgressMode::kJson)
+      *opts_.log << fmt::format(
+          "grouping {} findings of {} backend/verdict classes by cause (budget {:.0f} s)\n", findings_.size(),
+          turns_.size(), budget);
+    ThreadGroup threads([this] { stop_ = true; });
+    std::string why;
+    for (int i = 1; i < jobs; ++i)
+      if (!threads.start([this] { work(); }, &why)) break;  // fewer threads, same work
+    work();
+    threads.join();
+    return std::move(out_);
+  }
+
+ private:
+  enum class Next { kSignature, kWait, kDone };
+
+  // Round robin over classes; a class being shrunk is not handed out again until its group exists, since the
+  // group may explain its other findings.
+  Next next(std::string* sig) {
+    std::lock_guard lock(mu_);
+    const auto groups = findings_.groups();
+    for (std::size_t n = turns_.size(); n > 0; --n) {
+      const std::string c = turns_.front();
+      turns_.pop_front();
+      if (busy_.count(c)) {
+        turns_.push_back(c);
+        continue;
+      }
+      for (const auto& s : by_class_.at(c)) {
+        const auto f = findings_.find(s);
+        if (tried_.count(s) || best_group(s, f->report, groups) != nullptr) continue;
+        tried_.insert(s), busy_.insert(c), turns_.push_back(c);
+        *sig = s;
+        return Next::kSignature;
+      }
+    }
+    return turns_.empty() || busy_.empty() ? Next::kDone : Next::kWait;
+  }
+
+  bool stopped() const {
+    return stop_ || Clock::now() >= deadline_ || (opts_.interrupt != nullptr && opts_.interrupt->load());
+  }
+
+  void work() {
+    std::string sig;
+    while (!stopped()) {
+      const Next n = next(&sig);
+      if (n == Next::kDone) return;
+      if (n == Next::kWait) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      try {
+        group_one(sig);
+      } catch (const std::system_error&) {  // a failed write (disk full) stops the phase
+        std::lock_guard lock(mu_);
+        if (!out_.io_error) out_.io_error = std::current_exception();
+        stop_ = true;
+      } catch (const std::exception& e) {
+        std::lock_guard lock(mu_);
+        out_.internal_errors.push_back(fmt::format("internal error while grouping {}: {}", sig, e.what()));
+      }
+      std::lock_guard lock(mu_);
+      busy_.erase(class_of(findings_.find(sig)->report));
+    }
+  }
+
+  void group_one(const std::string& sig) {
+    const reports::FindingReport r = findings_.find(sig)->report;
+    std::string why;
+    // Redrawn as the campaign judged it (a mutant with its twin's known defects repaired). A failure that
+    // does not come back (a nondeterministic backend) stays unexplained, replayable from the stream.
+    auto again = redraw(r, opts_, &why);
+    if (!again) return;
+    const Backend& b = *again->backend;
+    const Verdict v = again->first.evaluation.verdict;
+    const Budget budget{opts_.shrink_steps, std::min(deadline_, after(opts_.shrink_seconds_per_finding)),
+                        deadline_, opts_.interrupt};
+    Reduced a = reduce(b, v, again->drawn.spec, std::move(again->first), r.seed, r.case_index, budget);
+    GroupDef g;
+    g.shrink = a.counts;
+    g.op = r.op, g.backend = r.backend, g.verdict = r.verdict;
+    g.features = case_features(a.spec), g.not_needed = std::move(a.not_needed), g.confirmed = a.confirmed;
+    g.id = group_id(g.backend, g.verdict, g.features);
+    g.representative = sig, g.evaluation = std::move(a.attempt.evaluation);
+    for (const auto& other : findings_.groups())
+      if (other.id == g.id) return;  // two findings of one class reduced to the same cause
+    findings_.add_group(std::move(g), a.spec, a.attempt.prepared.input);
+  }
+
+  Findings& findings_;
+  const CampaignOptions& opts_;
+  Clock::time_point deadline_;
+  std::mutex mu_;
+  std::map<std::string, std::vector<std::string>> by_class_;
+  std::deque<std::string> turns_;
+  std::set<std::string> tried_, busy_;
+  std::atomic<bool> stop_{false};
+  PhaseResult out_;
+};
+
+// A NaN/Inf output has no finite error: its ratio is infinite (the oracle's worst ratio covers finite pairs).
+double group_ratio(const std::string& verdict, double ratio) {
+  return verdict == "nan_mismatch" || verdict == "inf_mismatch" ? INFINITY : ratio;
+}
+
+reports::GroupMember member(const FindingState& f, std::int64_t cases) {
+  const auto& r = f.report;
+  return {r.id, r.shape_class, r.seed, r.case_index, cases, r.bundle, r.replay};
+}
+
+void add_member(reports::FindingGroup& g, const FindingState& f, std::int64_t cases) {
+  g.members.push_back(member(f, cases));
+  g.cases += cases;
+  if (std::find(g.shape_classes.begin(), g.shape_classes.end(), f.report.shape_class) ==
+      g.shape_classes.end())
+    g.shape_classes.push_back(f.report.shape_class);
+}
+
+reports::FindingGroup from_def(const GroupDef& d) {
+  reports::FindingGroup g;
+  g.id = d.id, g.op = d.op, g.backend = d.backend, g.verdict = d.verdict;
+  g.features = d.features, g.shrunk = true, g.confirmed = d.confirmed, g.not_needed = d.not_needed;
+  g.representative = d.bundle, g.replay = d.replay, g.detail = d.evaluation.detail, g.shape = d.shape;
+  g.shrink_steps = d.shrink.accepted, g.shrink_tries = d.shrink.tried, g.shrink_minimal = d.shrink.minimal;
+  g.worst_ratio = group_ratio(d.verdict, d.evaluation.worst_ratio);
+  for (const auto& m : d.evaluation.metrics) {
+    if (m.worst_ratio < d.evaluation.worst_ratio && !std::isnan(m.worst_ratio)) continue;
+    g.worst_output = m.output, g.worst_value = m.worst_value, g.worst_reference = m.worst_reference;
+    g.worst_tolerance = m.worst_tolerance;
+  }
+  return g;
+}
+
+}  // namespace
+
+PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs) {
+  const double budget = shrink_budget(opts);
+  if (budget <= 0) return {};  // --shrink-seconds 0: findings stay ungrouped, each replayable
+  return GroupPhase(findings, opts).run(jobs, budget);
+}
+
+std::vector<reports::FindingGroup> report_groups(const std::map<std::string, FindingState>& findings,
+                                                 const std::vector<GroupDef>& defs,
+                                                 const std::map<std::string, std::int64_t>& failing) {
+  std::vector<reports::FindingGroup> groups;
+  std::map<std::string, std::size_t> index;  // group id -> position
+  for (const auto& d : defs) index.emplace(d.id, groups.size()), groups.push_back(from_def(d));
+  std::map<std::string, std::size_t> unexplained;  // class -> position
+  for (const auto& [sig, f] : findings) {
+    const auto it = failing.find(f.report.id);
+    // A finding's own case failed at least once, whether or not a checkpoint counted it yet.
+    const std::int64_t cases = std::max<std::int64_t>(1, it == failing.end() ? 0 : it->second);
+    if (const GroupDef* d = best_group(sig, f.report, defs)) {
+      add_member(groups[index.at(d->id)], f, cases);
+      continue;
+    }
+    const std::string c = class_of(f.report);
+    if (!unexplained.count(c)) {
+      reports::FindingGroup g;
+      g.id = fmt::format("{}-{}-unshrunk", f.report.backend, f.report.verdict);
+      g.op = f.report.op, g.backend = f.report.backend, g.verdict = f.report.verdict;
+      g.features = f.report.features, g.detail = f.report.detail;
+      g.worst_ratio = group_ratio(f.report.verdict, f.report.worst_ratio), g.replay = f.report.replay;
+      unexplained.emplace(c, groups.size());
+      groups.push_back(std::move(g));
+    }
+    auto& g = groups[unexplained.at(c)];
+    // Features every unexplained finding of the class shares; the first bundled one represents them.
+    std::erase_if(g.features, [&](const auto& x) { return !has_all(f.report.features, {x}); });
+    if (g.representative.empty() && !f.report.bundle.empty())
+      g.representative = f.report.bundle, g.replay = f.report.replay;
+    add_member(g, f, cases);
+  }
+  std::erase_if(groups, [](const auto& g) { return g.members.empty(); });
+  std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+    const double sa = reports::verdict_severity(a.verdict, a.worst_ratio);
+    const double sb = reports::verdict_severity(b.verdict, b.worst_ratio);
+    if (sa != sb) return sa > sb;
+    return a.cases > b.cases;
+  });
+  return groups;
+}
+
+}  // namespace driftcheck::fuzz

@@ -1,0 +1,34 @@
+// Findings grouped by cause (docs/CAMPAIGN.md "Finding groups"). A group is one backend, one verdict and the
+// smallest set of case features (features.hpp) that still fails: the grouping phase shrinks one finding,
+// then removes each remaining feature in turn (ablation) and keeps the removal whenever the failure stays, so
+// the features left are each needed. Every finding whose drawn case has a group's features is explained by
+// it; only findings that no group explains are shrunk. Internal to the campaign runner.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "campaign_findings.hpp"
+#include "campaign_shrink.hpp"
+#include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/reports/report.hpp"
+
+namespace driftcheck::fuzz {
+
+// After discovery, within shrink_budget(opts), on `jobs` threads: per (backend, verdict), the earliest
+// finding no group explains is shrunk (each within opts.shrink_seconds_per_finding) and ablated into a new
+// group with a representative bundle; classes take turns, so every class gets its first group before any
+// gets a second. Stops within one candidate of opts.interrupt, and at the first failed write.
+PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs);
+
+// The report's groups, worst first: each finding joins the most specific group of its (backend, verdict)
+// whose features its drawn case has (a representative always joins its own group); findings no group
+// explains form one unshrunk group per (backend, verdict). `failing` counts failing cases by finding id.
+std::vector<reports::FindingGroup> report_groups(const std::map<std::string, FindingState>& findings,
+                                                 const std::vector<GroupDef>& groups,
+                                                 const std::map<std::string, std::int64_t>& failing);
+
+}  // namespace driftcheck::fuzz
