@@ -1,7 +1,7 @@
 // Shrinking (docs/CAMPAIGN.md "Findings, deduplication, grouping by cause"): the candidates a shrinker tries
 // are valid cases, structure first; and a campaign that finds a structural attention bug groups it under a
 // representative that is a minimal repro (one or two sequences, short contexts, a few KB) that no single
-// further step shrinks.
+// further step shrinks; a twin's finding shrinks to a case its known upstream defects do not explain.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -112,6 +112,43 @@ TEST(Shrink, AStructuralAttentionBugShrinksToAFewKilobytes) {
           << "shrinks further to " << shape_line(c);
     }
   }
+  std::filesystem::remove_all(dir);
+}
+
+// A twin's finding is a failure its known upstream defects do not explain, and its group must keep that
+// cause: shrinking the twin as it is would accept any smaller case that fails by a known defect. Case 10 of
+// seed 20261130 on the MI355X AITER unified twin fails by the empty-tile step (its known finding's replay);
+// with that finding left out of the campaign's list it is a finding, and its case also holds a page tail the
+// twin loads unmasked (another known finding). The shrinker used to descend to one key in one page, a NaN the
+// page tail alone explains; the representative must still fail by the empty-tile step and by nothing the list
+// explains.
+TEST(Shrink, ATwinsFindingKeepsItsCauseAndDoesNotShrinkIntoAKnownDefect) {
+  const auto dir = std::filesystem::temp_directory_path() / "driftcheck_shrink_test_known";
+  std::filesystem::remove_all(dir);
+  KnownFindings without_tile = builtin_known_findings();
+  std::erase_if(without_tile.findings,
+                [](const KnownFinding& f) { return f.id == "aiter-unified-empty-tile-step"; });
+  ASSERT_EQ(without_tile.findings.size() + 1, builtin_known_findings().findings.size());
+  CampaignOptions o;
+  o.ops = {OpKind::kAttention};
+  o.backend_globs = "cpu.attn.aiter_unified_mi355x";
+  o.seed = 20261130;
+  o.cases = 11;
+  o.shard = {10, 11};  // case 10 alone
+  o.jobs = 1;
+  o.out_dir = dir;
+  o.known_findings = &without_tile;
+  o.shrink_seconds = 120;
+  o.shrink_seconds_per_finding = 120;
+  const CampaignResult r = run_campaign(o);
+  ASSERT_EQ(r.report.groups.size(), 1u);
+  const auto& g = r.report.groups.front();
+  const Backend& twin = *registry().find("cpu.attn.aiter_unified_mi355x");
+  const PreparedCase p = prepare(read_bundle(dir / g.representative).pristine);
+  EXPECT_TRUE(is_failure(evaluate(twin, p).verdict)) << g.shape;
+  EXPECT_EQ(explained_ids(without_tile, twin, p), "")
+      << g.shape << " is explained by the campaign's own list";
+  EXPECT_EQ(explained_ids(builtin_known_findings(), twin, p), "aiter-unified-empty-tile-step") << g.shape;
   std::filesystem::remove_all(dir);
 }
 

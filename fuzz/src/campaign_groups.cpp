@@ -203,11 +203,20 @@ class GroupPhase {
     // does not come back (a nondeterministic backend) stays unexplained, replayable from the stream.
     auto again = redraw(r, opts_, &why);
     if (!again) return;
-    const Backend& b = *again->backend;
-    const Verdict v = again->first.evaluation.verdict;
     const Budget budget{opts_.shrink_steps, std::min(deadline_, after(opts_.shrink_seconds_per_finding)),
                         deadline_, opts_.interrupt};
-    Reduced a = reduce(b, v, again->drawn.spec, std::move(again->first), r.seed, r.case_index, budget);
+    // A twin's finding is one its known upstream defects do not explain: the twin with them repaired still
+    // fails the case. Shrinking the twin itself would accept any smaller case that fails by a known defect
+    // (a page-tail NaN shrinks to one key in one page) and lose the cause; the repaired twin keeps it.
+    const auto repaired = twin_without_known_defects(*again->backend);
+    std::optional<Attempt> target;
+    if (repaired)
+      target = attempt(*repaired, again->drawn.spec, r.seed, r.case_index, checks_for(again->verdict()));
+    const bool use_repaired = target && is_failure(target->evaluation.verdict);
+    const Backend& b = use_repaired ? *repaired : *again->backend;
+    const Verdict v = use_repaired ? target->evaluation.verdict : again->verdict();
+    Reduced a = reduce(b, v, again->drawn.spec, use_repaired ? std::move(*target) : std::move(again->first),
+                       r.seed, r.case_index, budget);
     GroupDef g;
     g.shrink = a.counts;
     g.op = r.op, g.backend = r.backend, g.verdict = r.verdict;
@@ -217,6 +226,13 @@ class GroupPhase {
     for (const auto& other : findings_.groups())
       if (other.id == g.id) return;  // two findings of one class reduced to the same cause
     findings_.add_group(std::move(g), a.spec, a.attempt.prepared.input);
+  }
+
+  // nullptr for a mutant (redraw() already repaired its twin's defects) and for a backend no known finding
+  // applies to.
+  std::unique_ptr<Backend> twin_without_known_defects(const Backend& b) const {
+    if (b.kind() == BackendKind::kMutant) return nullptr;
+    return repaired_backend(opts_.known_findings ? *opts_.known_findings : builtin_known_findings(), b);
   }
 
   Findings& findings_;

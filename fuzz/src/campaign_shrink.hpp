@@ -70,6 +70,7 @@ struct Redrawn {
   std::shared_ptr<const Backend> repaired;  // owns `backend` when it is a repaired mutant
   DrawnCase drawn;
   Attempt first;
+  Verdict verdict() const { return first.evaluation.verdict; }
 };
 std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOptions& opts, std::string* why);
 
