@@ -372,6 +372,31 @@ TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
   }
 }
 
+// ROCM_AITER_FA's twin models the paged_attention_v1 decode path only and declines, with the reason, what it
+// does not model: extend rows, fp8 caches (q and P quantised to fp8 there), softcap.
+TEST(AttentionSupport, AiterFaDeclinesThePathsItDoesNotModel) {
+  AttentionSpec decode = attn_spec(DType::kBF16, DType::kBF16, 16);
+  decode.query_lens = {1, 1, 1};
+  EXPECT_TRUE(supports("cpu.attn.aiter_fa", decode).ok);
+  AttentionSpec s = decode;
+  s.params.window = 9;
+  EXPECT_TRUE(supports("cpu.attn.aiter_fa", s).ok);
+  EXPECT_TRUE(
+      reason_has(supports("cpu.attn.aiter_fa", attn_spec(DType::kBF16, DType::kBF16, 16)), "extend path"));
+  s = decode;
+  s.kv_dtype = DType::kF8E4M3FNUZ;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", s), "quantises q and P to fp8"));
+  s = decode;
+  s.params.softcap = 30;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", s), "LogitsSoftCap"));
+  s = decode;
+  s.params.has_sinks = true;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", s), "sinks"));
+  s = decode;
+  s.params.head_dim = 96;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", s), "64, 128 and 256"));
+}
+
 TEST(NormSupport, KernelsDeclineResidualModesAndDtypesTheyDoNotHave) {
   RmsNormParams with;
   with.residual = true;
@@ -404,6 +429,15 @@ std::vector<AttentionSpec> attention_specs() {
         v.push_back(s);
       }
     }
+  }
+  for (DType act : {DType::kBF16, DType::kF16}) {
+    AttentionSpec d = attn_spec(act, act, 16);
+    d.query_lens = {1, 1, 1};
+    d.params.num_q_heads = 16;  // GQA 8: ROCM_ATTN's mfma16 kernel
+    v.push_back(d);
+    d.params.num_q_heads = 4;
+    d.params.window = 40;  // decode with a window and nothing else (aiter paged_attention_v1)
+    v.push_back(d);
   }
   AttentionSpec f = attn_spec(DType::kBF16, DType::kBF16, 16);
   f.params.window = 9;
@@ -485,6 +519,30 @@ TEST(AttentionTwins, MatchTheReferenceWithinTheirDeclaredNumerics) {
           << b->name() << " spec " << i << ": " << where;
     }
     EXPECT_GE(ran, 8) << b->name();
+  }
+}
+
+// ROCM_ATTN's mfma4 kernel (GQA <= 4) rounds each 64-token warp's P.V to bf16 and adds the warps' results
+// in fp32 truncated to bf16; its mfma16 kernel (GQA 5..16) sums the partition in fp32 and rounds once. All
+// 256 logits 0 gives P = act(1 / (256 + 1e-6)) = 2^-8; V[., 0] = 4 in warp 0 and 1.5 * 2^-6 in warp 1 gives
+// warp results 1 and 1.5 * 2^-8, whose sum truncates to 1 and rounds to 1 + 2^-7; the reduce keeps both.
+TEST(AttentionTwins, RocmCustomMfma4TruncatesTheWarpSumWhereMfma16RoundsOnce) {
+  for (const std::int64_t hq : {1, 8}) {
+    AttentionSpec s = builders::one_head(DType::kBF16, 1, 256);
+    s.params.num_q_heads = hq;
+    s.params.head_dim = 64;
+    s.poison_unused = false;
+    Case c = builders::attention_case(s, 3);
+    const std::vector<double> zeros(static_cast<std::size_t>(c.tensor("k_cache").numel()), 0.0);
+    c.tensor("k_cache").copy_from(zeros);
+    c.tensor("v_cache").copy_from(zeros);
+    for (std::int64_t t = 0; t < 128; ++t) {
+      const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({0, t / 16}));
+      c.tensor("v_cache").set({page, t % 16, 0, 0}, t < 64 ? 4.0 : 1.5 / 64);
+    }
+    const Case out = run_clone(get("cpu.attn.rocm_custom"), c);
+    for (std::int64_t h = 0; h < hq; ++h)
+      EXPECT_EQ(out.tensor("o").at({0, h, 0}), hq == 1 ? 1.0 : 1.0078125) << "GQA " << hq;
   }
 }
 

@@ -78,10 +78,6 @@ float natural_lse(ExpImpl e, float m, float l) {
   return e == ExpImpl::kExp2Folded ? (m + std::log2(l)) * kLn2 : m + std::log(l);
 }
 
-float log_of(ExpImpl e, float x) {
-  return e == ExpImpl::kExp2Folded ? std::log2(x) : std::log(x);
-}
-
 // Keys and values of one (sequence, kv head), rows x D, as the kernel sees them before the dot products.
 struct Panel {
   std::vector<float> k, v;
@@ -95,7 +91,6 @@ struct Row {
   const float* q;
   const Panel* panel;
   std::int64_t lo, hi;   // visible keys [lo, hi]
-  bool decode;           // its sequence has query length 1
   std::int64_t j, qlen;  // query index in its sequence, and the sequence's query length
 };
 
@@ -103,6 +98,13 @@ struct State {
   float m = kNegInf;
   float l = 1.0f;
   std::vector<float> acc;
+};
+
+// One partition of an ll4mi kernel: its max logit, exp sum relative to that max, and output in act.
+struct Ll4miPartition {
+  float max = kMaskedLogit;
+  float sum = 0.0f;
+  std::vector<float> out;
 };
 
 // The tile range a unified kernel's program walks. A program covers BLOCK_M rows: the GQA heads of BLOCK_Q
@@ -131,11 +133,12 @@ class AttentionTwin final : public TwinBackend {
 
  private:
   // The upstream defects the kernel parameters can reproduce (docs/FINDINGS.md names each).
-  static constexpr std::array<DefectSwitch<AttnKernel>, 4> kDefects{{
+  static constexpr std::array<DefectSwitch<AttnKernel>, 5> kDefects{{
       {"softcap_from_exp", &AttnKernel::softcap_from_exp},
       {"page_tail_unmasked", &AttnKernel::page_tail_unmasked},
       {"masked_p_times_v", &AttnKernel::masked_p_times_v},
       {"empty_tile_step", &AttnKernel::empty_tile_step},
+      {"warp_partials_in_act", &AttnKernel::warp_partials_in_act},
   }};
 
   Support supports_kv(const Case& c) const;
@@ -155,15 +158,14 @@ class AttentionTwin final : public TwinBackend {
   std::pair<float, float> tile_max(const Batch& b, const Plan& pl, const Row& r, std::int64_t t0,
                                    std::int64_t t1, std::int64_t first, std::int64_t last, State& st,
                                    std::vector<float>& scores) const;
-  void run_tiles(const Batch& b, const Plan& pl, const Row& r, std::int64_t tile, std::int64_t begin,
-                 std::int64_t end, State& st, std::vector<float>& scores) const;
   TileBounds block_tiles(const Batch& b, const Plan& pl, const Row& r) const;
   void unified_tile(const Batch& b, const Plan& pl, const Row& r, const TileBounds& tb, std::int64_t t0,
                     State& st, std::vector<float>& scores) const;
   float compute_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h, float* out) const;
   float tiled_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h, float* out) const;
-  float lse_merged_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h, float* out) const;
-  float normalized_partitions_row(const Batch& b, const Plan& pl, const Row& r, float* out) const;
+  Ll4miPartition ll4mi_partition(const Batch& b, const Plan& pl, const Row& r, std::int64_t begin,
+                                 std::vector<float>& p) const;
+  float ll4mi_row(const Batch& b, const Plan& pl, const Row& r, float* out) const;
 
   AttnKernel k_;
   AttnBug bug_;
@@ -192,6 +194,8 @@ Support AttentionTwin::supports_kv(const Case& c) const {
   if (kv == c.tensor("o").dtype()) return Support::yes();
   if (!is_fp8(kv))
     return Support::no(fmt::format("KV cache {}: {} reads the activation dtype or fp8", dtype_name(kv), who));
+  if (!k_.fp8_unmodelled.empty())
+    return Support::no(fmt::format("KV cache {}: {}", dtype_name(kv), k_.fp8_unmodelled));
   if (!k_.kv_dtypes.empty() &&
       std::find(k_.kv_dtypes.begin(), k_.kv_dtypes.end(), kv) == k_.kv_dtypes.end()) {
     std::vector<std::string_view> names;
@@ -225,6 +229,8 @@ Support AttentionTwin::supports(const Case& c) const {
   if (k_.max_gqa_ratio > 0 && ratio > k_.max_gqa_ratio)
     return Support::no(fmt::format("GQA ratio {}: {} supports 1..{}", ratio, who, k_.max_gqa_ratio));
   if (p.window > 0 && !k_.window) return Support::no(fmt::format("sliding window: {} has none", who));
+  if (p.softcap > 0 && !k_.softcap_unmodelled.empty())
+    return Support::no(fmt::format("softcap: {}", k_.softcap_unmodelled));
   if (p.softcap > 0 && !k_.softcap) return Support::no(fmt::format("softcap: {} has none", who));
   if (p.has_sinks && k_.sinks == SinkPath::kNone) return Support::no(fmt::format("sinks: {} has none", who));
   if (!p.causal && !k_.non_causal)
@@ -235,8 +241,11 @@ Support AttentionTwin::supports(const Case& c) const {
     const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
     for (std::size_t s = 0; s + 1 < qsl.size(); ++s)
       if (qsl[s + 1] - qsl[s] > k_.max_query_len)
-        return Support::no(fmt::format("query length {}: {} is a decode kernel (query length <= {})",
-                                       qsl[s + 1] - qsl[s], who, k_.max_query_len));
+        return Support::no(
+            k_.long_query_unmodelled.empty()
+                ? fmt::format("query length {}: {} is a decode kernel (query length <= {})",
+                              qsl[s + 1] - qsl[s], who, k_.max_query_len)
+                : fmt::format("query length {}: {}", qsl[s + 1] - qsl[s], k_.long_query_unmodelled));
   }
   return Support::yes();
 }
@@ -355,7 +364,10 @@ Plan AttentionTwin::plan(const Batch& b) const {
   const bool folded = k_.exp == ExpImpl::kExp2Folded;
   const bool after = k_.dequant == KvDequant::kScaleAfter;
   Plan pl{};
-  if (k_.scale_folded_in_fp32) {
+  if (k_.schedule == AttnSchedule::kLl4mi) {
+    // ll4mi: scale2 = scale * k_scale formed in the kernel in fp32, applied to the fp32 dot product.
+    pl.qk_mul = static_cast<float>(b.p->scale) * static_cast<float>(b.p->k_scale);
+  } else if (k_.scale_folded_in_fp32) {
     // aiter: qk_scale = scale * RCP_LN2 (* k_descale) formed in the kernel in fp32.
     pl.qk_mul = static_cast<float>(b.p->scale) * kLog2e * (after ? static_cast<float>(b.p->k_scale) : 1.0f);
   } else {
@@ -415,9 +427,12 @@ void AttentionTwin::gather_one(const Batch& b, const Tensor& cache, double scale
 void AttentionTwin::gather(const Batch& b, const Plan& pl, std::int64_t s, std::int64_t g,
                            Panel& panel) const {
   panel.valid = b.seq_lens[static_cast<std::size_t>(s)];
-  // Kernels that load whole pages (aiter with tile == block size; the masked-P-times-V mutant) also read
+  // Kernels that load whole pages (aiter unified with tile == block size, the ll4mi kernels, the
+  // masked-P-times-V mutant) also read
   // the slots past seq_len in the last page, where a case keeps its poison.
-  const bool whole_pages = bug_ == AttnBug::kMaskedPTimesV || (k_.page_tail_unmasked && pl.tile == b.bs);
+  const bool whole_pages =
+      bug_ == AttnBug::kMaskedPTimesV ||
+      (k_.page_tail_unmasked && (k_.schedule == AttnSchedule::kLl4mi || pl.tile == b.bs));
   panel.rows = whole_pages ? cdiv(panel.valid, b.bs) * b.bs : panel.valid;
   gather_one(b, *b.k, b.p->k_scale, s, g, panel.k, panel.rows);
   gather_one(b, *b.v, b.p->v_scale, s, g, panel.v, panel.rows);
@@ -438,7 +453,7 @@ Row AttentionTwin::make_row(const Batch& b, const float* q, const Panel& panel, 
   const std::int64_t pos = len - qlen + j;  // causal alignment at the end
   std::int64_t hi = b.p->causal ? pos + (bug_ == AttnBug::kCausalOffByOne ? 1 : 0) : len - 1;
   std::int64_t lo = b.p->window > 0 ? pos - b.p->window + (bug_ == AttnBug::kWindowOffByOne ? 0 : 1) : 0;
-  return {q, &panel, std::max<std::int64_t>(lo, 0), std::min(hi, len - 1), qlen == 1, j, qlen};
+  return {q, &panel, std::max<std::int64_t>(lo, 0), std::min(hi, len - 1), j, qlen};
 }
 
 float AttentionTwin::logit(const Batch& b, const Plan& pl, const Row& r, std::int64_t t) const {
@@ -472,30 +487,6 @@ std::pair<float, float> AttentionTwin::tile_max(const Batch& b, const Plan& pl, 
   const float alpha = exp_of(k_.exp, st.m - m);
   for (float& a : st.acc) a *= alpha;
   return {m, alpha};
-}
-
-// Online softmax over the tiles of [begin, end) that hold visible keys, every masked entry selected away
-// (aiter FA's partitions; the unified kernels run unified_tile).
-void AttentionTwin::run_tiles(const Batch& b, const Plan& pl, const Row& r, std::int64_t tile,
-                              std::int64_t begin, std::int64_t end, State& st,
-                              std::vector<float>& scores) const {
-  const std::int64_t first = std::max(begin, r.lo), last = std::min(end - 1, r.hi);
-  scores.resize(static_cast<std::size_t>(tile));
-  for (std::int64_t t0 = begin + (first - begin) / tile * tile; t0 <= last; t0 += tile) {
-    const std::int64_t t1 = std::min(t0 + tile, end);
-    const auto [m, alpha] = tile_max(b, pl, r, t0, t1, first, last, st, scores);
-    float tile_sum = 0.0f;
-    for (std::int64_t t = t0; t < t1; ++t) {
-      if (scores[static_cast<std::size_t>(t - t0)] == kNegInf) continue;
-      const float p = exp_of(k_.exp, scores[static_cast<std::size_t>(t - t0)] - m);
-      tile_sum += p;
-      const float pv = k_.p_rounded ? round_act(b.act, p) : p;
-      const float* vt = r.panel->v.data() + t * b.d;
-      for (std::int64_t i = 0; i < b.d; ++i) st.acc[static_cast<std::size_t>(i)] += pv * vt[i];
-    }
-    st.l = st.l * alpha + tile_sum;
-    st.m = m;
-  }
 }
 
 State fresh_state(std::int64_t d, float m) {
@@ -596,92 +587,102 @@ float AttentionTwin::tiled_row(const Batch& b, const Plan& pl, const Row& r, std
   return natural_lse(k_.exp, m, l);
 }
 
-// ROCM_AITER_FA: decode rows in partitions, each a normalised fp32 output with its LSE; prefill rows in one
-// pass; the sink joins as one more partial state (lse = sink, output 0); all merged by LSE.
-float AttentionTwin::lse_merged_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h,
-                                    float* out) const {
-  const std::int64_t len = r.panel->valid;
-  const std::int64_t part = r.decode ? k_.partition : len;
-  const std::int64_t tile = r.decode ? k_.tile_decode : k_.tile_prefill;
-  std::vector<float> lses, outs, scores;
-  for (std::int64_t begin = 0; begin < len; begin += part) {
-    State st = fresh_state(b.d, kNegInf);
-    run_tiles(b, pl, r, tile, begin, std::min(begin + part, len), st, scores);
-    lses.push_back(st.m == kNegInf ? kNegInf : st.m + log_of(k_.exp, st.l));
-    for (float a : st.acc) outs.push_back(st.m == kNegInf ? 0.0f : a / st.l);
-  }
-  if (!b.sinks.empty()) {
-    lses.push_back(b.sinks[static_cast<std::size_t>(h)]);
-    outs.insert(outs.end(), static_cast<std::size_t>(b.d), 0.0f);
-  }
-  std::fill(out, out + b.d, 0.0f);
-  const float mx = lses.empty() ? kNegInf : *std::max_element(lses.begin(), lses.end());
-  if (mx == kNegInf) return kNegInf;  // no visible key and no sink: o = 0, lse = -inf
-  float sum = 0.0f;
-  for (float x : lses) sum += exp_of(k_.exp, x - mx);
-  const float lse = mx + log_of(k_.exp, sum);
-  for (std::size_t i = 0; i < lses.size(); ++i) {
-    const float w = exp_of(k_.exp, lses[i] - lse);
-    for (std::int64_t e = 0; e < b.d; ++e)
-      out[e] += outs[i * static_cast<std::size_t>(b.d) + static_cast<std::size_t>(e)] * w;
-  }
-  for (std::int64_t e = 0; e < b.d; ++e) out[e] *= pl.v_mul;
-  return k_.exp == ExpImpl::kExp2Folded ? lse * kLn2 : lse;
+// vLLM's addx4: bf16 partials added in fp32 and truncated to bf16 (the upper 16 bits kept); fp16 partials
+// added as halves, rounded to nearest.
+float add_act(DType act, float x, float y) {
+  const float s = x + y;
+  return act == DType::kBF16 ? round_act_toward_zero(act, s) : round_act(act, s);
 }
 
-// ROCM_ATTN custom kernel: per 256-token partition, max, exp, P normalised by (sum + 1e-6) and rounded,
-// partition output rounded to the activation dtype after v_scale; partitions merged in fp32 by (global_sum +
-// 1e-6). A single partition is written directly.
-float AttentionTwin::normalized_partitions_row(const Batch& b, const Plan& pl, const Row& r,
-                                               float* out) const {
-  const std::int64_t len = r.panel->valid;
-  if (r.lo > r.hi) {  // no visible key (the kernel has no sinks): o = 0, lse = -inf
-    std::fill(out, out + b.d, 0.0f);
-    return kNegInf;
-  }
-  std::vector<float> maxes, sums, outs, scores(static_cast<std::size_t>(k_.partition)),
-      acc(static_cast<std::size_t>(b.d));
-  for (std::int64_t begin = 0; begin < len; begin += k_.partition) {
-    const std::int64_t end = std::min(begin + k_.partition, len);
-    float m = kMaskedLogit;
-    for (std::int64_t t = begin; t < end; ++t) {
-      const float s = t >= r.lo && t <= r.hi ? logit(b, pl, r, t) : kMaskedLogit;
-      scores[static_cast<std::size_t>(t - begin)] = s;
-      m = std::max(m, s);
+// One partition of an ll4mi kernel (paged_attention_ll4mi_QKV_mfma16 / _mfma4): per warp of `warp_tokens`
+// keys, the max logit m_w and the sum of e^(s - m_w) over the keys below seq_len (a masked key carries
+// -FLT_MAX and still counts: e^0 = 1 in a warp with no visible key); the partition max M and sum
+// S = sum_w S_w e^(m_w - M); P = act(e^(s - m_w) * (1 / (S + 1e-6) * e^(m_w - M))). P.V runs over every key
+// of the partition the kernel loads (whole pages: P = 0 past seq_len): in fp32 over the partition and
+// rounded once (mfma16), or per warp, each warp's result rounded and the warps summed in act (mfma4).
+Ll4miPartition AttentionTwin::ll4mi_partition(const Batch& b, const Plan& pl, const Row& r,
+                                              std::int64_t begin, std::vector<float>& p) const {
+  const std::int64_t len = r.panel->valid, end = std::min(begin + k_.partition, len);
+  const std::int64_t loaded_end = std::min(begin + k_.partition, r.panel->rows);
+  const std::int64_t warps = k_.partition / k_.warp_tokens;
+  std::vector<float> warp_max(static_cast<std::size_t>(warps), kMaskedLogit),
+      warp_sum(static_cast<std::size_t>(warps), 0.0f), warp_scale(static_cast<std::size_t>(warps));
+  p.assign(static_cast<std::size_t>(k_.partition), 0.0f);
+  const auto at = [&](std::int64_t t) -> float& { return p[static_cast<std::size_t>(t - begin)]; };
+  Ll4miPartition part;
+  for (std::int64_t w = 0; w < warps; ++w) {
+    const std::int64_t t0 = begin + w * k_.warp_tokens, t1 = std::min(t0 + k_.warp_tokens, end);
+    float& m = warp_max[static_cast<std::size_t>(w)];
+    for (std::int64_t t = t0; t < t1; ++t) {
+      at(t) = t >= r.lo && t <= r.hi ? logit(b, pl, r, t) : kMaskedLogit;
+      m = std::fmax(m, at(t));
     }
     if (bug_ == AttnBug::kNoMaxSubtraction) m = 0.0f;
-    float sum = 0.0f;
-    for (std::int64_t t = begin; t < end; ++t) {
-      float& s = scores[static_cast<std::size_t>(t - begin)];
-      s = exp_of(k_.exp, s - m);
-      sum += s;
+    for (std::int64_t t = t0; t < t1; ++t) {
+      at(t) = exp_of(k_.exp, at(t) - m);
+      warp_sum[static_cast<std::size_t>(w)] += at(t);
     }
-    const float inv = 1.0f / (sum + kSumBias);
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (std::int64_t t = std::max(begin, r.lo); t <= std::min(end - 1, r.hi); ++t) {
-      const float p = round_act(b.act, scores[static_cast<std::size_t>(t - begin)] * inv);
+    part.max = std::fmax(part.max, m);
+  }
+  for (std::int64_t w = 0; w < warps; ++w) {
+    warp_scale[static_cast<std::size_t>(w)] =
+        exp_of(k_.exp, warp_max[static_cast<std::size_t>(w)] - part.max);
+    part.sum += warp_sum[static_cast<std::size_t>(w)] * warp_scale[static_cast<std::size_t>(w)];
+  }
+  const float inv = 1.0f / (part.sum + kSumBias);
+  for (std::int64_t t = begin; t < end; ++t)
+    at(t) =
+        round_act(b.act, at(t) * (inv * warp_scale[static_cast<std::size_t>((t - begin) / k_.warp_tokens)]));
+  const bool per_warp = k_.warp_partials_in_act && b.hq / b.hkv <= k_.mfma4_max_gqa;
+  std::vector<float> acc(static_cast<std::size_t>(b.d), 0.0f);
+  part.out.assign(static_cast<std::size_t>(b.d), 0.0f);
+  for (std::int64_t w = 0; w < warps; ++w) {
+    const std::int64_t t0 = begin + w * k_.warp_tokens;
+    for (std::int64_t t = t0; t < std::min(t0 + k_.warp_tokens, loaded_end); ++t) {
+      const float pt = at(t);  // 0 past seq_len
+      if (pt == 0.0f && !r.panel->v_nonfinite[static_cast<std::size_t>(t)]) continue;
+      // Repaired, a valid key outside the row's window stays out of P.V.
+      if (t < len && (t < r.lo || t > r.hi) && !k_.masked_p_times_v) continue;
       const float* vt = r.panel->v.data() + t * b.d;
-      for (std::int64_t i = 0; i < b.d; ++i) acc[static_cast<std::size_t>(i)] += p * vt[i];
+      for (std::int64_t i = 0; i < b.d; ++i) acc[static_cast<std::size_t>(i)] += pt * vt[i];
     }
-    maxes.push_back(m);
-    sums.push_back(sum);
-    for (float a : acc) outs.push_back(round_act(b.act, a * pl.v_mul));
+    if (!per_warp) continue;
+    for (std::size_t i = 0; i < acc.size(); ++i) {
+      part.out[i] = add_act(b.act, part.out[i], round_act(b.act, acc[i] * pl.v_mul));
+      acc[i] = 0.0f;
+    }
   }
-  const float gm = *std::max_element(maxes.begin(), maxes.end());
-  float gs = 0.0f;
-  for (std::size_t i = 0; i < maxes.size(); ++i) {
-    sums[i] *= exp_of(k_.exp, maxes[i] - gm);
-    gs += sums[i];
+  if (!per_warp)
+    for (std::size_t i = 0; i < acc.size(); ++i) part.out[i] = round_act(b.act, acc[i] * pl.v_mul);
+  return part;
+}
+
+// ll4mi: the partitions, then paged_attention_ll4mi_reduce_kernel, which runs for a single partition too:
+// weights w_j = S_j * expf(M_j - M) (an accurate expf there), G = sum w_j, o = (sum_j out_j w_j, contracted
+// to FMAs) * (1 / (G + 1e-6)). The kernels write no LSE: the twin reports M + log(G). An empty sequence
+// (no partition; the reduce would read partition -1) is written as o = 0, lse = -inf.
+float AttentionTwin::ll4mi_row(const Batch& b, const Plan& pl, const Row& r, float* out) const {
+  const std::int64_t len = r.panel->valid;
+  std::fill(out, out + b.d, 0.0f);
+  if (len == 0) return kNegInf;
+  std::vector<Ll4miPartition> parts;
+  std::vector<float> p;
+  for (std::int64_t begin = 0; begin < len; begin += k_.partition)
+    parts.push_back(ll4mi_partition(b, pl, r, begin, p));
+  float m = parts.front().max;
+  for (const Ll4miPartition& q : parts) m = std::fmax(m, q.max);
+  float g = 0.0f;
+  std::vector<float> w;
+  for (const Ll4miPartition& q : parts) {
+    w.push_back(q.sum * std::exp(q.max - m));
+    g += w.back();
   }
-  const float inv = 1.0f / (gs + kSumBias);
-  for (std::int64_t e = 0; e < b.d; ++e) {
-    float o = 0.0f;
-    for (std::size_t i = 0; i < maxes.size(); ++i)
-      o += outs[i * static_cast<std::size_t>(b.d) + static_cast<std::size_t>(e)] *
-           (maxes.size() == 1 ? 1.0f : sums[i] * inv);
-    out[e] = o;
-  }
-  return gm + std::log(gs);
+  for (std::size_t j = 0; j < parts.size(); ++j)
+    for (std::int64_t i = 0; i < b.d; ++i)
+      out[i] = std::fma(parts[j].out[static_cast<std::size_t>(i)], w[j], out[i]);
+  const float inv = 1.0f / (g + kSumBias);
+  for (std::int64_t i = 0; i < b.d; ++i) out[i] *= inv;
+  return m + std::log(g);
 }
 
 float AttentionTwin::compute_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h,
@@ -689,10 +690,8 @@ float AttentionTwin::compute_row(const Batch& b, const Plan& pl, const Row& r, s
   switch (k_.schedule) {
     case AttnSchedule::kTiled:
       return tiled_row(b, pl, r, h, out);
-    case AttnSchedule::kPartitionLse:
-      return lse_merged_row(b, pl, r, h, out);
-    case AttnSchedule::kPartitionNormalized:
-      return normalized_partitions_row(b, pl, r, out);
+    case AttnSchedule::kLl4mi:
+      return ll4mi_row(b, pl, r, out);
   }
   return 0.0f;
 }

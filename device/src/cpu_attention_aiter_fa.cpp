@@ -1,39 +1,60 @@
-// ROCM_AITER_FA: aiter's CK flash-attention kernels (extend/prefill) and paged decode with 256-token
-// partitions.
+// ROCM_AITER_FA: decode through aiter's paged_attention_v1 (an ll4mi kernel); the extend path is not
+// modelled and declined.
 #include "builtin.hpp"
 #include "twin_attention.hpp"
 
 namespace driftcheck::twin {
 
-// exp2 with log2(e) folded into the scale; 128-key tiles; decode rows split into 256-token partitions whose
-// normalised fp32 outputs are merged by LSE; the sink joins the merge as one more partial state. fp8 K/V are
-// dequantised to the activation dtype before the dots (the reading that the kernel re-quantises the scaled
-// value to fp8 is unconfirmed, DOMAIN.md section 3, and not modelled).
+// Decode rows: aiter paged_attention_v1 runs paged_attention_ll4mi_QKV_mfma16_kernel for every GQA ratio
+// (pa_kernels.cuh): 256-token partitions of four 64-token warps, __expf, per-warp max, P normalised by
+// (sum + 1e-6) and rounded to act, one fp32 P.V per partition rounded to act, the ll4mi reduce. A sliding
+// window sets the logits of keys below it to -FLT_MAX, which stay in the softmax and in P.V (P = 0), so an
+// infinite V there gives NaN (defect masked_p_times_v). Declined, each with the reason: fp8 caches (the
+// kernel then quantises q and P to fp8 for fp8 MFMAs), softcap (ck_tile's LogitsSoftCap transform, applied
+// after the window mask), and extend rows (query length > 1: context re-quantised by cp_mha_gather_cache,
+// two passes merged by merge_attn_states).
 std::unique_ptr<Backend> make_cpu_attn_aiter_fa() {
   AttnKernel k;
-  k.schedule = AttnSchedule::kPartitionLse;
-  k.exp = ExpImpl::kExp2Folded;
-  k.dequant = KvDequant::kRoundedToAct;
-  k.sinks = SinkPath::kPartialState;
-  k.tile_prefill = 128;
-  k.tile_decode = 128;
+  k.schedule = AttnSchedule::kLl4mi;
+  k.exp = ExpImpl::kFastExp;
+  k.dequant = KvDequant::kScaleAfter;
+  k.sinks = SinkPath::kNone;
   k.partition = 256;
-  k.block_sizes = {16, 32};
+  k.warp_tokens = 64;
+  k.mfma4_max_gqa = 0;  // pa_v1 instantiates the mfma16 kernel only
+  k.page_tail_unmasked = true;
+  k.masked_p_times_v = true;
+  k.empty_tile_step = false;
   k.softcap_from_exp = false;
-  k.name_for_reasons = "ROCM_AITER_FA";
+  k.block_sizes = {16, 32};
+  // The backend's head sizes; the kernel needs multiples of 64 (VHELOOP = HEAD_SIZE / 64).
+  k.head_dims = {64, 128, 256};
+  k.max_query_len = 1;
+  k.name_for_reasons = "ROCM_AITER_FA paged_attention_v1";
+  k.fp8_unmodelled =
+      "ROCM_AITER_FA's paged_attention_v1 quantises q and P to fp8 for fp8 MFMAs with an fp8 cache; the twin "
+      "does not model that path";
+  k.softcap_unmodelled =
+      "ROCM_AITER_FA's paged_attention_v1 applies ck_tile's LogitsSoftCap after the window mask; the twin "
+      "does not model that transform";
+  k.long_query_unmodelled =
+      "ROCM_AITER_FA's extend path (context gathered re-quantised by cp_mha_gather_cache, context and new "
+      "tokens in two passes merged by merge_attn_states) is not modelled by the twin; decode only";
   TwinInfo i;
   i.name = "cpu.attn.aiter_fa";
-  i.description = "aiter CK flash attention (ROCM_AITER_FA): exp2, LSE merge of 256-token decode partitions";
+  i.description =
+      "ROCM_AITER_FA decode: aiter paged_attention_v1 (ll4mi mfma16: 256-token partitions, per-warp max, "
+      "P and partition outputs in act, reduce with 1e-6); extend not modelled";
   i.provenance =
       "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 "
       "vllm/v1/attention/backends/rocm_aiter_fa.py; "
-      "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879 csrc/cpp_itfs/pa/pa_v1.py, pa_kernels.cuh "
-      "(decode model not yet corrected: see docs/BACKENDS.md fidelity table)";
+      "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879 csrc/cpp_itfs/pa/pa_v1.py, pa_v1.cpp.jinja, "
+      "pa_kernels.cuh (_paged_attention_kernel, _paged_attention_ll4mi_reduce_kernel)";
   i.numerics.p_rounded = true;
-  i.numerics.kv_dequant_rounded = true;
+  i.numerics.partials_rounded = true;
   i.supports_summary =
-      "bf16/fp16 q; bf16/fp16/fp8 KV; block_size 16/32 only; any head_dim and GQA; causal or "
-      "not; window, softcap, sinks";
+      "decode only (query length 1); bf16/fp16 q with the same KV dtype (fp8 declined); block_size 16/32; "
+      "head_dim 64/128/256; window; no softcap (declined), no sinks";
   return make_attention_backend(std::move(i), std::move(k));
 }
 

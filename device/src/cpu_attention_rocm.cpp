@@ -1,19 +1,30 @@
-// ROCM_ATTN: vLLM's custom HIP paged-attention decode kernel (csrc/rocm/attention.cu) and its reduce kernel.
+// ROCM_ATTN: vLLM's custom HIP paged-attention decode kernels (csrc/rocm/attention.cu, the gfx9 / MI300
+// path) and their reduce kernel.
 #include "builtin.hpp"
 #include "twin_attention.hpp"
 
 namespace driftcheck::twin {
 
-// 256-token partitions; fast exp; masked logits -FLT_MAX; P normalised by (sum + 1e-6) and rounded to the
-// activation dtype; k_scale after QK, v_scale after PV; partition outputs stored in the activation dtype;
-// merge in fp32 dividing by (global_sum + 1e-6).
+// ll4mi schedule: 256-token partitions of four 64-token warps; __expf; masked logits -FLT_MAX; per-warp
+// max, P normalised by (sum + 1e-6) and rounded to act; K and V read exactly (fp8 e4m3 converts exactly to
+// bf16/fp16), k_scale after QK, v_scale after PV; GQA <= 4 runs the mfma4 kernel (per-warp P.V rounded,
+// warps summed with truncating bf16 adds: defect warp_partials_in_act), GQA 5..16 the mfma16 kernel (one
+// fp32 P.V per partition); the reduce kernel merges the act partition outputs in fp32 and divides by
+// (global sum + 1e-6). The last page is read whole: its slots past seq_len enter P.V with P = 0 (defect
+// page_tail_unmasked).
 std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   AttnKernel k;
-  k.schedule = AttnSchedule::kPartitionNormalized;
+  k.schedule = AttnSchedule::kLl4mi;
   k.exp = ExpImpl::kFastExp;
   k.dequant = KvDequant::kScaleAfter;
   k.sinks = SinkPath::kNone;
   k.partition = 256;
+  k.warp_tokens = 64;
+  k.mfma4_max_gqa = 4;
+  k.warp_partials_in_act = true;
+  k.page_tail_unmasked = true;
+  k.masked_p_times_v = false;  // decode rows see every key below seq_len: nothing else is masked
+  k.empty_tile_step = false;   // no tiles of query blocks
   k.block_sizes = {16, 32};
   k.head_dims = {64, 128};
   k.max_gqa_ratio = 16;
@@ -28,10 +39,12 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   TwinInfo i;
   i.name = "cpu.attn.rocm_custom";
   i.description =
-      "vLLM ROCM_ATTN custom paged attention (csrc/rocm/attention.cu): 256-token partitions, bf16 partials";
+      "vLLM ROCM_ATTN custom paged attention (csrc/rocm/attention.cu): 256-token partitions, per-warp max, "
+      "mfma4 (GQA <= 4) warp partials in act with truncating bf16 adds, act partition outputs";
   i.provenance =
       "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 csrc/rocm/attention.cu "
-      "(paged_attention_ll4mi_QKV, paged_attention_ll4mi_reduce), "
+      "(paged_attention_ll4mi_QKV_mfma4_kernel, paged_attention_ll4mi_QKV_mfma16_kernel, "
+      "paged_attention_ll4mi_reduce_kernel, paged_attention_custom_launcher), "
       "vllm/v1/attention/backends/rocm_attn.py";
   i.numerics.p_rounded = true;
   i.numerics.partials_rounded = true;

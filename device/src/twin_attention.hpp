@@ -15,9 +15,10 @@ namespace driftcheck::twin {
 enum class AttnSchedule : std::uint8_t {
   kTiled,  // Triton unified kernels: online softmax over KV tiles of BLOCK_M query blocks, optional split-KV
            // segments merged by max-rescaled sums (UnifiedLaunch says how the launcher picks tiles and paths)
-  kPartitionNormalized,  // ROCM_ATTN custom kernel: per partition max, exp, P normalised by (sum + 1e-6),
-                         // rounded
-  kPartitionLse,         // ROCM_AITER_FA: normalised partial outputs with their LSE, merged by LSE
+  // ll4mi paged decode kernels (vLLM csrc/rocm/attention.cu, aiter pa_kernels.cuh): 256-token partitions of
+  // four 64-token warps; per-warp max and exp sum, P = e^(s - m_w) (1 / (S + 1e-6)) e^(m_w - M) rounded to
+  // act, partition outputs rounded to act, then a reduce over partitions dividing by (global sum + 1e-6).
+  kLl4mi,
 };
 
 enum class ExpImpl : std::uint8_t {
@@ -32,10 +33,9 @@ enum class KvDequant : std::uint8_t {
 };
 
 enum class SinkPath : std::uint8_t {
-  kNone,          // the kernel has no sinks
-  kInitialMax,    // Triton: the running max starts at the sink logit, with L = 1.0 standing for exp(sink -
-                  // sink)
-  kPartialState,  // a partial state with lse = sink and output 0, merged like the others
+  kNone,        // the kernel has no sinks
+  kInitialMax,  // Triton: the running max starts at the sink logit, with L = 1.0 standing for exp(sink -
+                // sink)
 };
 
 // How a unified (kTiled) kernel's launcher picks the 2D or 3D path, the KV tile and the segment count.
@@ -57,9 +57,18 @@ struct AttnKernel {
   KvDequant dequant = KvDequant::kRoundedToAct;
   SinkPath sinks = SinkPath::kInitialMax;
   bool p_rounded = true;  // P rounded to the activation dtype before P.V
-  int tile_prefill = 32;  // KV tile of the 2D path (vLLM) / of extend rows (aiter FA)
-  int tile_decode = 16;   // KV tile of the 3D path (vLLM) / of decode rows (aiter FA)
-  int partition = 256;    // partition schedules: keys per partition (decode rows only for kPartitionLse)
+  int tile_prefill = 32;  // KV tile of the 2D path (vLLM)
+  int tile_decode = 16;   // KV tile of the 3D path (vLLM)
+  // ---- ll4mi kernels
+  int partition = 256;   // keys per partition (one workgroup)
+  int warp_tokens = 64;  // keys per warp: the max and exp sum are per warp first
+  // GQA ratios up to this take vLLM's mfma4 kernel (0: none); above it the mfma16 kernel sums the whole
+  // partition's P.V in fp32 and rounds once.
+  std::int64_t mfma4_max_gqa = 0;
+  // mfma4: each warp's P.V is rounded to act and the four warp results are summed in act (bf16: fp32 add
+  // then truncation; fp16: RNE half adds): up to four roundings of a partition output, three of them biased
+  // toward zero in bf16. Repaired, the mfma4 kernel sums in fp32 and rounds once like mfma16.
+  bool warp_partials_in_act = false;
   // ---- unified (kTiled) kernels
   UnifiedLaunch launch = UnifiedLaunch::kVllm;
   int split_segments = 0;                   // vLLM 3D path: segments per sequence (0: never split)
@@ -93,6 +102,11 @@ struct AttnKernel {
   bool non_causal = true;
   std::string name_for_reasons;  // "ROCM_ATTN custom kernel", used in Support::no reasons
   std::string causal_reason;     // why non-causal is rejected ("unified_attention asserts causal")
+  // Paths of the real kernel the twin does not model: when set, such cases are unsupported with this reason
+  // (the twin declines rather than model them wrongly).
+  std::string fp8_unmodelled;         // fp8 KV caches
+  std::string softcap_unmodelled;     // a logit softcap
+  std::string long_query_unmodelled;  // query length > max_query_len
 };
 
 // One deliberate deviation per mutant (sources in docs/BACKENDS.md).

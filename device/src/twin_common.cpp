@@ -38,6 +38,14 @@ const std::array<float, 256>& fp8_table(DType t) {
   }
 }
 
+float round_act_toward_zero(DType act, float x) {
+  if (std::isnan(x)) return x;
+  if (act == DType::kBF16) return std::bit_cast<float>(std::bit_cast<std::uint32_t>(x) & 0xffff0000u);
+  std::uint16_t b = f16_bits(x);
+  if (std::fabs(f16_value(b)) > std::fabs(x)) --b;  // one step toward zero in magnitude, sign kept
+  return f16_value(b);
+}
+
 void load_run_as(const Storage& s, DType as, std::int64_t first, std::int64_t stride, std::int64_t n,
                  float* out) {
   const std::byte* p = s.bytes.data();
