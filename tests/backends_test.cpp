@@ -378,23 +378,24 @@ TEST(AttentionSupport, AiterFaDeclinesThePathsItDoesNotModel) {
   AttentionSpec decode = attn_spec(DType::kBF16, DType::kBF16, 16);
   decode.query_lens = {1, 1, 1};
   EXPECT_TRUE(supports("cpu.attn.aiter_fa", decode).ok);
-  AttentionSpec s = decode;
-  s.params.window = 9;
-  EXPECT_TRUE(supports("cpu.attn.aiter_fa", s).ok);
-  EXPECT_TRUE(
-      reason_has(supports("cpu.attn.aiter_fa", attn_spec(DType::kBF16, DType::kBF16, 16)), "extend path"));
-  s = decode;
-  s.kv_dtype = DType::kF8E4M3FNUZ;
-  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", s), "quantises q and P to fp8"));
-  s = decode;
-  s.params.softcap = 30;
-  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", s), "LogitsSoftCap"));
-  s = decode;
-  s.params.has_sinks = true;
-  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", s), "sinks"));
-  s = decode;
-  s.params.head_dim = 96;
-  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", s), "64, 128 and 256"));
+  AttentionSpec windowed = decode;
+  windowed.params.window = 9;
+  EXPECT_TRUE(supports("cpu.attn.aiter_fa", windowed).ok);
+  const std::vector<std::pair<std::function<void(AttentionSpec&)>, std::string_view>> declined = {
+      {[](AttentionSpec& s) {
+         s.query_lens = {3, 1, 2};
+       },
+       "extend path"},
+      {[](AttentionSpec& s) { s.kv_dtype = DType::kF8E4M3FNUZ; }, "quantises q and P to fp8"},
+      {[](AttentionSpec& s) { s.params.softcap = 30; }, "LogitsSoftCap"},
+      {[](AttentionSpec& s) { s.params.has_sinks = true; }, "sinks"},
+      {[](AttentionSpec& s) { s.params.head_dim = 96; }, "64, 128 and 256"},
+  };
+  for (const auto& [edit, reason] : declined) {
+    AttentionSpec s = decode;
+    edit(s);
+    EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", s), reason)) << reason;
+  }
 }
 
 TEST(NormSupport, KernelsDeclineResidualModesAndDtypesTheyDoNotHave) {
