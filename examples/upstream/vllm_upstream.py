@@ -201,7 +201,7 @@ def dual_supports(case):
     """fused_dual_rmsnorm_cat raises on non-contiguous inputs and has no (1 + w) mode."""
     if case.params.weight_mode != "plain":
         return "fused_dual_rmsnorm_cat has no Gemma (1 + w) mode"
-    if not (case.e.is_contiguous() and case.h.is_contiguous()):
+    if not (case.contiguous("e") and case.contiguous("h")):  # a supports call has no tensors
         return "fused_dual_rmsnorm_cat raises \"inputs must be contiguous\""
     return None
 

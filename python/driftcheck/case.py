@@ -22,7 +22,8 @@ class Case:
     is always the NumPy view of the host copy (read scalars such as seq_lens there without a device sync).
     Outputs are preallocated views holding poison: write every element, and nothing else.
 
-    In a `supports` call the case has metadata only: `specs`, `dtype()`, `shape()`, `params`; no tensors.
+    In a `supports` call the case has metadata only: `specs`, `dtype()`, `shape()`, `contiguous()`, `params`; no
+    tensors.
     """
 
     def __init__(self, op, params, specs, storage_dtypes, seed=0, index=0, tensors=None, host=None):
@@ -59,6 +60,10 @@ class Case:
 
     def shape(self, name) -> tuple:
         return self._spec(name).shape
+
+    def contiguous(self, name) -> bool:
+        """Whether the view is row-major with no gaps (torch's is_contiguous()); known in a supports call."""
+        return self._spec(name).contiguous()
 
     def aliases(self, a, b) -> bool:
         """True when two tensors are views of one storage (an in-place output, a residual aliased to x)."""

@@ -35,6 +35,17 @@ class ViewSpec:
     strides: tuple  # elements
     offset: int  # elements
 
+    def contiguous(self) -> bool:
+        """Row-major with no gaps, as torch's is_contiguous() (size-1 and empty dimensions take any stride)."""
+        if 0 in self.shape:
+            return True
+        expected = 1
+        for n, st in reversed(list(zip(self.shape, self.strides))):
+            if n != 1 and st != expected:
+                return False
+            expected *= n
+        return True
+
     def extent(self) -> int:
         """One past the largest storage element the view touches (offset for an empty view)."""
         end = self.offset + 1

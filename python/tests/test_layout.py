@@ -62,6 +62,22 @@ class NumpyViews(unittest.TestCase):
         self.assertEqual(arr.shape, (0, 7))
 
 
+class Contiguity(unittest.TestCase):
+    CASES = [((4, 8), (8, 1)), ((4, 8), (9, 1)), ((4, 8), (1, 4)), ((1, 8), (99, 1)), ((4, 1), (1, 7)),
+             ((0, 8), (3, 5)), ((2, 3, 4), (12, 4, 1)), ((2, 3, 4), (12, 1, 3)), ((8,), (2,)), ((8,), (1,))]
+
+    @unittest.skipIf(torch is None, "torch is not installed")
+    def test_agrees_with_torch_is_contiguous(self):
+        base = torch.empty(512)
+        for shape, strides in self.CASES:
+            expected = base.as_strided(shape, strides).is_contiguous()
+            self.assertEqual(ViewSpec("t", 0, shape, strides, 0).contiguous(), expected, (shape, strides))
+
+    def test_row_major_without_gaps(self):
+        self.assertTrue(ViewSpec("t", 0, (4, 8), (8, 1), 3).contiguous())  # the offset does not matter
+        self.assertFalse(ViewSpec("t", 0, (4, 8), (9, 1), 0).contiguous())  # padded rows
+
+
 class Checks(unittest.TestCase):
     def test_views_outside_their_storage_are_rejected_by_name(self):
         bad = [
