@@ -390,6 +390,13 @@ TEST(GateReport, JsonRoundTripsAndMarkdownShowsTableFailuresAndChanges) {
   EXPECT_NE(md.find("| softcap-nan | cpu.a, cpu.b | 2 / 1 / 0 | softcap of an infinite score is NaN |"),
             std::string::npos)
       << md;
+  // A garbage kernel's mean signed ulps is astronomical: the summary says so instead of printing the number.
+  reports::GateReport garbage = r;
+  garbage.rows.front().total = {};
+  garbage.rows.front().total.add(0, "beyond_tolerance", 1e30, 8.6e37, 1);
+  const std::string gmd = reports::to_markdown(garbage);
+  EXPECT_NE(gmd.find("| > 10^4 (structural) |"), std::string::npos) << gmd;
+  EXPECT_EQ(gmd.find("e+37"), std::string::npos) << gmd;
   EXPECT_THROW(
       reports::gate_report_from_json(nlohmann::json{{"format", "driftcheck.gate"}, {"format_version", 9}}),
       std::runtime_error);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "driftcheck/reports/gate_report.hpp"
+#include "driftcheck/reports/numbers.hpp"
 #include "markdown.hpp"
 
 namespace driftcheck::reports {
@@ -19,12 +20,6 @@ std::string number(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return fmt::format("{:.3g}", v);
-}
-
-// A bias in ulps: three decimals where a correct kernel's sits (|bias| well below 1 ulp), three significant
-// digits where a broken one's can be astronomical.
-std::string signed_ulps(double v) {
-  return std::isfinite(v) && std::abs(v) < 1000 ? fmt::format("{:+.3f}", v) : fmt::format("{:+.3g}", v);
 }
 
 std::string verdicts(const DriftStats& s) {
@@ -45,7 +40,7 @@ void backend_table(const GateReport& r, std::string& md) {
             ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(s.passed) / static_cast<double>(s.cases))
             : "-";
     md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", row.backend, row.op, s.cases, rate,
-                      number(s.worst_ratio), number(s.p99_ratio()), signed_ulps(s.mean_signed_ulps()),
+                      number(s.worst_ratio), number(s.p99_ratio()), bias_text(s.mean_signed_ulps()),
                       verdicts(s), row.failed ? "FAIL" : "pass");
   }
   md += "\n";
