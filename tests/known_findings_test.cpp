@@ -139,6 +139,39 @@ TEST(UpstreamBehaviour, TritonEmptyTileStepZeroesAnFp16RowThatTheReferenceDoesNo
   EXPECT_NEAR(fixed.tensor("o").at({15, 0, 0}), want, 1e-2 * std::fabs(want) + 1e-3);
 }
 
+// aiter's 3D path (seq_len > 512, a small grid): with 16 query heads per KV head a q-block is one query, so
+// the first two rows of a 522-query sequence over 520 keys run no tile at all; every segment keeps M = -inf
+// and reduce_segments weighs it by exp2(-inf - -inf) = NaN where the reference is 0. With the empty-tile step
+// repaired a row that sees no key is empty on both paths (0), and row 2, the first to see a key, is finite.
+TEST(UpstreamBehaviour, AiterSegmentReduceOfAQBlockWithNoTileIsNaNAndRepairedZero) {
+  builders::AttentionSpec s = one_head(DType::kBF16, 522, 520);
+  s.params.num_q_heads = 16;
+  const Case c = builders::attention_case(s, 11);
+  const Backend& twin = *registry().find("cpu.attn.aiter_unified_mi300x");
+  ASSERT_TRUE(twin.supports(c).ok) << twin.supports(c).reason;
+  Case out = c.clone(), fixed = c.clone();
+  twin.run(out);
+  twin.without_defects({"empty_tile_step"})->run(fixed);
+  for (std::int64_t row : {0, 1}) {
+    EXPECT_TRUE(std::isnan(out.tensor("o").at({row, 3, 0}))) << row;
+    EXPECT_EQ(fixed.tensor("o").at({row, 3, 0}), 0.0) << row;
+    EXPECT_EQ(fixed.tensor("lse").at({row, 3}), -INFINITY) << row;
+  }
+  EXPECT_TRUE(std::isfinite(out.tensor("o").at({2, 3, 0})));
+}
+
+// The H200 campaign's seed-1 case 44424 (one sequence, 515 queries over 513 keys, 3D path, tile == page):
+// row 512 is NaN from the unmasked page tail times masked P. Repairing every known defect must leave a
+// passing twin, so the case is explained; it used to fail at lse[0] (the repaired empty-tile step left
+// every segment of row 0 at M = -inf and the reduce turned that into NaN).
+TEST(KnownFindings, AiterMaskedRowsThreeDCaseIsExplainedByThePageTail) {
+  const Backend& twin = *registry().find("cpu.attn.aiter_unified_mi300x");
+  const PreparedCase pc = prepare(materialize(draw_case(OpKind::kAttention, 1, 44424).value()));
+  ASSERT_TRUE(is_failure(evaluate(twin, pc).verdict));
+  const std::string ids = explained_ids(builtin_known_findings(), twin, pc);
+  EXPECT_NE(ids.find("aiter-unified-page-tail-unmasked"), std::string::npos) << ids;
+}
+
 // Softcap from exponentials: |s / c| beyond ~88.7 overflows one exponential and the logit is NaN.
 TEST(UpstreamBehaviour, TritonSoftcapFromExponentialsIsNaNForLargeLogits) {
   builders::AttentionSpec s = one_head(DType::kBF16, 1, 20);

@@ -579,7 +579,12 @@ float AttentionTwin::tiled_row(const Batch& b, const Plan& pl, const Row& r, std
   float l = 0.0f;
   std::fill(out, out + b.d, 0.0f);
   for (const State& s : segs) {
-    const float w = bug_ == AttnBug::kUnscaledSplitMerge ? 1.0f : exp_of(k_.exp, s.m - m);
+    // reduce_segments weighs each segment by exp(m_i - m) unguarded: a row whose segments all hold M = -inf
+    // gets exp(-inf - -inf) = NaN. With the empty-tile step every segment that ran a tile hands a row without
+    // keys M = 0, L = 0 (the reduce's expsum == 0 guard then writes 0), so only a q-block that ran no tile
+    // reaches it. Repaired, a row that sees no key is empty on both paths: a segment that saw none weighs 0.
+    const bool saw_none = !k_.empty_tile_step && s.m == kNegInf;
+    const float w = bug_ == AttnBug::kUnscaledSplitMerge ? 1.0f : saw_none ? 0.0f : exp_of(k_.exp, s.m - m);
     l += s.l * w;
     for (std::int64_t i = 0; i < b.d; ++i) out[i] += s.acc[static_cast<std::size_t>(i)] * pl.v_mul * w;
   }

@@ -82,7 +82,9 @@ struct AttnKernel {
   bool masked_p_times_v = true;
   // A tile with no visible key for one row of its block still runs that row's softmax step: with no key seen
   // yet (M = -inf, no sink) the max clamps to 0 and L becomes 0, so later P = exp(s) may underflow (NaN
-  // from 0 / 0, or 0 where P rounds to 0 in fp16).
+  // from 0 / 0, or 0 where P rounds to 0 in fp16). The 3D merge's unguarded exp(m_i - m) belongs to it: a
+  // q-block that runs no tile leaves every segment at M = -inf, and exp(-inf - -inf) is NaN. Repaired, a row
+  // that sees no key is empty on both paths.
   bool empty_tile_step = true;
   bool window_v_zeroed = false;       // vLLM: V outside the window of the block's FIRST query zeroed first
   bool page_tail_unmasked = false;    // aiter: a tile of exactly one page is loaded without the seq mask
