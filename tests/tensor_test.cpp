@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -79,6 +80,23 @@ TEST(Storage, BatchAccessMatchesSingleAndChecksBounds) {
   EXPECT_THROW(s.load_bits(10), InvalidArgument);
 }
 
+// A run's last element is computed without int64 overflow: 4 * (2^62 + 1) is 4 modulo 2^64, and a run that
+// wraps around like that must be refused, not read as if its stride were 1. A run of one element never takes
+// its stride, whatever it is (found by fuzz_tensors: a view's dimension of extent 1 with stride ~6e18).
+TEST(Storage, BatchAccessRefusesRunsThatOverflow) {
+  Storage s(DType::kF64, 8);
+  std::vector<double> v(5, 1.0);
+  const std::int64_t wraps = (std::int64_t{1} << 62) + 1;
+  EXPECT_THROW(s.load_f64(0, wraps, 5, v.data()), InvalidArgument);
+  EXPECT_THROW(s.store_f64(0, wraps, 5, v.data()), InvalidArgument);
+  const std::int64_t huge = std::numeric_limits<std::int64_t>::max();
+  const double x = 2.5;
+  s.store_f64(3, huge, 1, &x);
+  s.load_f64(3, huge, 1, v.data());
+  EXPECT_EQ(v[0], 2.5);
+  EXPECT_EQ(s.load(3), 2.5);
+}
+
 TEST(Tensor, ZerosIsContiguous) {
   const Tensor t = Tensor::zeros(DType::kBF16, {2, 3, 4});
   EXPECT_EQ(t.strides(), (Shape{12, 4, 1}));
@@ -88,6 +106,22 @@ TEST(Tensor, ZerosIsContiguous) {
   EXPECT_EQ(t.describe(), "bf16[2, 3, 4] strides [12, 4, 1] offset 0");
   EXPECT_THROW(Tensor::zeros(DType::kF32, {2, -1}), InvalidArgument);
   EXPECT_EQ(Tensor::zeros(DType::kF32, {0, 5}).numel(), 0);
+}
+
+// A dimension of extent 1 may carry any stride (views read from tensors.bin files and worker frames may), and
+// every access to such a view works; a view whose extent overflows int64 is refused, not wrapped into range.
+TEST(Tensor, ViewExtentsNeverOverflow) {
+  auto storage = std::make_shared<Storage>(DType::kBF16, 19);
+  const std::int64_t huge =
+      std::int64_t{5956778776759042372};  // fuzz_tensors' input: times 2 bytes overflows
+  Tensor t = Tensor::view(storage, {1, 1}, {1, huge}, 9);
+  t.copy_from(std::vector<double>{0.5});
+  EXPECT_EQ(t.to_f64(), std::vector<double>{0.5});
+  EXPECT_EQ(t.clone_contiguous().to_f64(), std::vector<double>{0.5});
+  EXPECT_EQ(storage->load(9), 0.5);
+  const std::int64_t wraps = (std::int64_t{1} << 62) + 1;  // 2 * wraps is negative in int64
+  EXPECT_THROW(Tensor::view(storage, {3}, {wraps}, 0), InvalidArgument);
+  EXPECT_THROW(Tensor::view(storage, {2, 3}, {huge, wraps}, 0), InvalidArgument);
 }
 
 TEST(Tensor, StridedViewWithOffset) {

@@ -178,10 +178,9 @@ void write_tensors(const std::filesystem::path& path, const Case& c) {
 
 namespace {
 
-// A view that stays inside its storage without overflowing int64 on the way (Tensor::view computes its last
-// element with plain arithmetic) and holds no more elements than its storage: driftcheck stores no
-// self-overlapping views, and the limit keeps every later allocation (reference, outputs) within the file's
-// size, whatever the file claims.
+// A view that stays inside its storage without overflowing int64 on the way and holds no more elements than
+// its storage: driftcheck stores no self-overlapping views, and the limit keeps every later allocation
+// (reference, outputs) within the file's size, whatever the file claims.
 void check_view(Reader& r, const std::string& name, const Shape& shape, const Shape& strides,
                 std::int64_t offset, std::int64_t storage_numel) {
   std::int64_t numel = 1, last = offset;

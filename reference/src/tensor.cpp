@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -69,6 +70,26 @@ std::int32_t to_i32(double v) {
   return static_cast<std::int32_t>(v);
 }
 
+// first + (n - 1) * stride, or nothing where int64 cannot hold it. Views read from files and worker frames
+// may give a dimension of extent 1 any stride, and a stride that wraps around could land a run back inside
+// its storage: every extent is computed here, never with plain arithmetic.
+std::optional<std::int64_t> last_of_run(std::int64_t first, std::int64_t stride, std::int64_t n) {
+  std::int64_t span = 0, last = 0;
+  if (__builtin_mul_overflow(n - 1, stride, &span) || __builtin_add_overflow(first, span, &last))
+    return std::nullopt;
+  return last;
+}
+
+void check_run(const char* access, std::int64_t first, std::int64_t stride, std::int64_t n,
+               std::int64_t numel) {
+  const std::optional<std::int64_t> last = last_of_run(first, stride, n);
+  if (!last || first < 0 || *last < 0 || first >= numel || *last >= numel) {
+    throw InvalidArgument(std::string("storage ") + access + " of " + std::to_string(n) + " elements from " +
+                          std::to_string(first) + " stride " + std::to_string(stride) +
+                          " outside a storage of " + std::to_string(numel) + " elements");
+  }
+}
+
 }  // namespace
 
 Storage::Storage(DType t, std::int64_t numel) : dtype(t) {
@@ -78,16 +99,13 @@ Storage::Storage(DType t, std::int64_t numel) : dtype(t) {
 
 void Storage::load_f64(std::int64_t first, std::int64_t stride, std::int64_t n, double* out) const {
   if (n <= 0) return;
-  const std::int64_t last = first + (n - 1) * stride;
-  if (first < 0 || last < 0 || first >= numel() || last >= numel()) {
-    throw InvalidArgument("storage read [" + std::to_string(first) + ", " + std::to_string(last) +
-                          "] outside a storage of " + std::to_string(numel()) + " elements");
-  }
+  check_run("read", first, stride, n, numel());
+  // Element indices, not a byte step: first + i * stride is in range for every i < n (checked above), while
+  // stride * size may overflow where n is 1.
   const int size = dtype_size(dtype);
-  const std::byte* p = bytes.data() + first * size;
-  const std::int64_t step = stride * size;
   const double* table = decode_table(dtype);
-  for (std::int64_t i = 0; i < n; ++i, p += step) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::byte* p = bytes.data() + (first + i * stride) * size;
     switch (dtype) {
       case DType::kF64:
         out[i] = read_as<double>(p);
@@ -114,15 +132,10 @@ void Storage::load_f64(std::int64_t first, std::int64_t stride, std::int64_t n, 
 void Storage::store_f64(std::int64_t first, std::int64_t stride, std::int64_t n, const double* in,
                         Overflow ov) {
   if (n <= 0) return;
-  const std::int64_t last = first + (n - 1) * stride;
-  if (first < 0 || last < 0 || first >= numel() || last >= numel()) {
-    throw InvalidArgument("storage write [" + std::to_string(first) + ", " + std::to_string(last) +
-                          "] outside a storage of " + std::to_string(numel()) + " elements");
-  }
+  check_run("write", first, stride, n, numel());
   const int size = dtype_size(dtype);
-  std::byte* p = bytes.data() + first * size;
-  const std::int64_t step = stride * size;
-  for (std::int64_t i = 0; i < n; ++i, p += step) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::byte* p = bytes.data() + (first + i * stride) * size;
     switch (dtype) {
       case DType::kF64:
         write_as<double>(p, in[i]);
@@ -208,17 +221,17 @@ Tensor Tensor::view(std::shared_ptr<Storage> storage, Shape shape, Shape strides
   if (shape.size() != strides.size()) {
     throw InvalidArgument("view shape " + join(shape) + " and strides " + join(strides) + " differ in rank");
   }
-  std::int64_t last = offset;
+  std::optional<std::int64_t> last = offset;
   bool empty = false;
   for (std::size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] < 0 || strides[d] < 0) {
       throw InvalidArgument("view shape " + join(shape) + " strides " + join(strides) + ": negative entry");
     }
     empty = empty || shape[d] == 0;
-    if (shape[d] > 0) last += (shape[d] - 1) * strides[d];
+    if (shape[d] > 0 && last) last = last_of_run(*last, strides[d], shape[d]);
   }
   const std::int64_t n = storage->numel();
-  if (offset < 0 || (empty ? offset > n : last >= n)) {
+  if (offset < 0 || (empty ? offset > n : !last || *last >= n)) {
     throw InvalidArgument("view " + join(shape) + " strides " + join(strides) + " offset " +
                           std::to_string(offset) + " reaches outside a storage of " + std::to_string(n) +
                           " elements");
