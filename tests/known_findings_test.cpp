@@ -48,6 +48,23 @@ TEST(KnownFindings, ParsesTheVersionedFormatAndRejectsMalformedFiles) {
   EXPECT_TRUE(throws_with("format = [", "not TOML"));
 }
 
+// A rejection is one line (the exit-code contract) although it quotes the file: toml++'s view of the bytes it
+// stopped at (a line break, found by fuzz_known_findings) and ids, whose TOML strings may hold escaped ones.
+TEST(KnownFindings, EveryRejectionIsOneLine) {
+  const std::string twice = std::string(kHeader) + finding("a\\nb") + finding("a\\nb");
+  for (const std::string& text :
+       {std::string("format = tru\nversion = 1\n"), std::string("versio=n\n 1[\n"), twice}) {
+    try {
+      parse_known_findings(text, "test.toml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.starts_with("known findings test.toml: ")) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
+}
+
 // The replay command of a finding: driftcheck replay --seed S --case I --op OP --backend NAME.
 struct Replay {
   std::uint64_t seed = 0, index = 0;

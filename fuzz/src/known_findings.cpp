@@ -7,14 +7,17 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "driftcheck/device/one_line.hpp"
+
 namespace driftcheck::fuzz {
 
 extern const std::string_view kBuiltinKnownFindingsToml;  // known_findings_builtin.cpp (generated)
 
 namespace {
 
+// One line whatever the file holds: toml++ quotes the bytes it stopped at, and ids may hold escaped breaks.
 [[noreturn]] void bad(std::string_view source, std::string_view what) {
-  throw InvalidArgument(fmt::format("known findings {}: {}", source, what));
+  throw InvalidArgument(one_line(fmt::format("known findings {}: {}", source, what)));
 }
 
 std::string required(const toml::table& t, std::string_view key, std::string_view source, std::size_t index) {
