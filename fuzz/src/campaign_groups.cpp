@@ -313,8 +313,10 @@ std::vector<reports::FindingGroup> report_groups(const std::map<std::string, Fin
       groups.push_back(std::move(g));
     }
     auto& g = groups[unexplained.at(c)];
-    // Features every unexplained finding of the class shares; the first bundled one represents them.
-    std::erase_if(g.features, [&](const auto& x) { return !has_all(f.report.features, {x}); });
+    // Features every unexplained finding of the class shares; the first bundled one represents them. (A named
+    // reference: clang before 16, which builds the libFuzzer targets, cannot capture a structured binding.)
+    const auto& features = f.report.features;
+    std::erase_if(g.features, [&features](const auto& x) { return !has_all(features, {x}); });
     if (g.representative.empty() && !f.report.bundle.empty())
       g.representative = f.report.bundle, g.replay = f.report.replay;
     add_member(g, f, cases);
