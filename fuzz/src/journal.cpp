@@ -16,8 +16,14 @@
 namespace driftcheck::fuzz {
 namespace {
 
+// A field's string, or "" when it is missing or not a string (json::value would throw a type_error).
+std::string string_field(const nlohmann::json& h, const char* key) {
+  const auto it = h.find(key);
+  return it != h.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 void check_header(const nlohmann::json& h, const std::string& name) {
-  if (h.value("type", "") != "header" || h.value("format", "") != kJournalFormatName)
+  if (string_field(h, "type") != "header" || string_field(h, "format") != kJournalFormatName)
     throw JournalError(fmt::format("{}:1: first line is not a driftcheck journal header", name));
   const auto version = h.find("format_version");
   if (version == h.end() || !version->is_number_integer() || *version != kJournalFormatVersion)

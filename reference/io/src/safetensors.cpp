@@ -108,6 +108,9 @@ json Parser::parse_json(std::string_view text) const {
     j = json::parse(text, cb);
   } catch (const json::parse_error& e) {
     fail(fmt::format("header is not valid JSON (byte {} of the header)", e.byte));
+  } catch (const json::out_of_range&) {
+    // nlohmann reports a number beyond a double's range (4e666) as out_of_range, not as a parse error.
+    fail("header is not valid JSON (a number beyond the range of a double)");
   }
   if (!duplicate.empty()) fail(fmt::format("header has the key {} twice", shown(duplicate)));
   if (!j.is_object()) fail("header is not a JSON object");
