@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -544,6 +545,103 @@ TEST(AttentionTwins, RocmCustomMfma4TruncatesTheWarpSumWhereMfma16RoundsOnce) {
     const Case out = run_clone(get("cpu.attn.rocm_custom"), c);
     for (std::int64_t h = 0; h < hq; ++h)
       EXPECT_EQ(out.tensor("o").at({0, h, 0}), hq == 1 ? 1.0 : 1.0078125) << "GQA " << hq;
+  }
+}
+
+// Probes of one kernel decision read through the twin's lse: a one-sequence decode case whose q and keys are
+// all 0 except the elements a test sets (key t's first element through the block table), so every logit is
+// q[0] * k_t[0] * scale, exact in fp32.
+Case probe_case(std::int64_t hq, std::int64_t seq_len, double scale, std::uint64_t seed) {
+  AttentionSpec s = builders::one_head(DType::kBF16, 1, seq_len);
+  s.params.num_q_heads = hq;
+  s.params.head_dim = 64;
+  s.params.scale = scale;
+  s.poison_unused = false;
+  Case c = builders::attention_case(s, seed);
+  for (const char* name : {"k_cache", "q"})
+    c.tensor(name).copy_from(std::vector<double>(static_cast<std::size_t>(c.tensor(name).numel()), 0.0));
+  for (std::int64_t h = 0; h < hq; ++h) c.tensor("q").set({0, h, 0}, 1.0);
+  return c;
+}
+
+void set_key(Case& c, std::int64_t t, double k0) {
+  const std::int64_t bs = c.get<AttentionParams>().block_size;
+  const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({0, t / bs}));
+  c.tensor("k_cache").set({page, t % bs, 0, 0}, k0);
+}
+
+// The mfma16 ll4mi kernels (ROCM_ATTN for GQA 5..16, aiter paged_attention_v1 for every GQA) sum a warp's
+// 64 exponentials per lane row (row r holds tokens 16 d + 4 r + i), then across rows as (s0 + s2) + (s1 + s3)
+// (__shfl_xor 32, 16; pa_kernels.cuh:512-529 at aiter@e4048607). Token 0 with logit 0 and 63 tokens with
+// logit -17 (p ~ 4.1e-8, below half an ulp of 1): added one by one to 1 each p is lost, summed per row first
+// they are not. One partition, so the twin's lse is log(S).
+TEST(AttentionTwins, Ll4miMfma16SumsAWarpByLaneRows) {
+  const float p = std::exp2(-17.0f * 1.44269504088896340736f);
+  std::array<float, 4> row{};
+  for (int t = 0; t < 64; ++t) row[static_cast<std::size_t>((t % 16) / 4)] += t == 0 ? 1.0f : p;
+  const float by_rows = (row[0] + row[2]) + (row[1] + row[3]);
+  float in_order = 0.0f;
+  for (int t = 0; t < 64; ++t) in_order += t == 0 ? 1.0f : p;
+  ASSERT_NE(by_rows, in_order);
+  for (const auto& [twin, hq] : {std::pair{"cpu.attn.rocm_custom", 8}, std::pair{"cpu.attn.aiter_fa", 1}}) {
+    Case c = probe_case(hq, 64, 1.0, 4);
+    for (std::int64_t t = 1; t < 64; ++t) set_key(c, t, -17.0);
+    const Case out = run_clone(get(twin), c);
+    for (std::int64_t h = 0; h < hq; ++h)
+      EXPECT_EQ(out.tensor("lse").at({0, h}), static_cast<double>(std::log(by_rows)))
+          << twin << " head " << h;
+  }
+}
+
+// Both ll4mi kernels form the partition sum as `sum += S_w * e^(m_w - M)` (pa_kernels.cuh:578-583 at
+// aiter@e4048607; vLLM's mfma16 and mfma4 kernels alike), which hipcc contracts to an FMA. Warp 0 holds 64
+// logits 0 (S_0 = 64, M = 0), warp 1 three logits x (S_1 = 3, weight e^x): where rounding 3 e^x before the
+// add changes log(S), the twin must keep the FMA's value. One partition, so the twin's lse is log(S).
+TEST(AttentionTwins, Ll4miPartitionSumIsAnFma) {
+  float x = 0.0f, fused = 0.0f;
+  for (int scale = 16; scale <= 128 && x == 0.0f; scale *= 2)
+    for (int k = 1; k < 256 && x == 0.0f; ++k) {
+      const float xi = -static_cast<float>(k) / static_cast<float>(scale);  // exact in bf16
+      const float e = std::exp2(xi * 1.44269504088896340736f);
+      if (std::log(std::fma(3.0f, e, 64.0f)) != std::log(64.0f + 3.0f * e)) {
+        x = xi;
+        fused = std::fma(3.0f, e, 64.0f);
+      }
+    }
+  ASSERT_NE(x, 0.0f);
+  for (const char* twin : {"cpu.attn.rocm_custom", "cpu.attn.aiter_fa"}) {
+    Case c = probe_case(1, 67, 1.0, 6);
+    for (std::int64_t t = 64; t < 67; ++t) set_key(c, t, static_cast<double>(x));
+    const Case out = run_clone(get(twin), c);
+    EXPECT_EQ(out.tensor("lse").at({0, 0}), static_cast<double>(std::log(fused))) << twin << " x " << x;
+  }
+}
+
+// aiter's 2D kernel declares `scale` a tl.constexpr, so `qk_scale = scale * RCP_LN2` is folded in double and
+// rounded to fp32 once (_triton_kernels/attention/unified_attention.py at aiter@e4048607, lines 66 and
+// 111-112); its 3D kernel multiplies a runtime fp32 scale (475, 524). One key with q.k = 1 and k_scale 1
+// leaves M = qk_scale and L = 1, so the twin's lse, M * ln 2, shows the multiplier's fp32 bits: a scale
+// 1/sqrt(d) where one and two roundings give different lse tells the two apart.
+TEST(AttentionTwins, AiterUnified2dFoldsTheConstexprScaleInDouble) {
+  constexpr double kRcpLn2 = 1.4426950408889634;
+  constexpr float kLn2 = 0.69314718055994530942f;
+  double scale = 0.0;
+  float expected = 0.0f;
+  for (int d = 2; d <= 4096 && scale == 0.0; ++d) {
+    const double sc = 1.0 / std::sqrt(static_cast<double>(d));
+    const float once = static_cast<float>(sc * kRcpLn2) * kLn2;
+    const float twice = static_cast<float>(sc) * static_cast<float>(kRcpLn2) * kLn2;
+    if (once != twice) {
+      scale = sc;
+      expected = once;
+    }
+  }
+  ASSERT_NE(scale, 0.0);
+  Case c = probe_case(1, 1, scale, 5);  // seq_len 1 <= 512: the 2D kernel
+  set_key(c, 0, 1.0);
+  for (const char* twin : {"cpu.attn.aiter_unified_mi300x", "cpu.attn.aiter_unified_mi355x"}) {
+    const Case out = run_clone(get(twin), c);
+    EXPECT_EQ(out.tensor("lse").at({0, 0}), static_cast<double>(expected)) << twin << " scale " << scale;
   }
 }
 

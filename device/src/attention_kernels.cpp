@@ -18,6 +18,7 @@ namespace driftcheck::twin {
 namespace {
 
 constexpr float kLog2e = 1.44269504088896340736f;
+constexpr double kLog2eDouble = 1.4426950408889634;  // RCP_LN2 as the Triton kernels spell it
 constexpr float kLn2 = 0.69314718055994530942f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // ROCM_ATTN custom kernel constants: masked logits and the bias that keeps its divisions finite.
@@ -364,21 +365,24 @@ Plan AttentionTwin::plan(const Batch& b) const {
   const bool folded = k_.exp == ExpImpl::kExp2Folded;
   const bool after = k_.dequant == KvDequant::kScaleAfter;
   Plan pl{};
+  if (k_.schedule == AttnSchedule::kTiled) plan_launch(b, pl);
   if (k_.schedule == AttnSchedule::kLl4mi) {
     // ll4mi: scale2 = scale * k_scale formed in the kernel in fp32, applied to the fp32 dot product.
     pl.qk_mul = static_cast<float>(b.p->scale) * static_cast<float>(b.p->k_scale);
   } else if (k_.scale_folded_in_fp32) {
-    // aiter: qk_scale = scale * RCP_LN2 (* k_descale) formed in the kernel in fp32.
-    pl.qk_mul = static_cast<float>(b.p->scale) * kLog2e * (after ? static_cast<float>(b.p->k_scale) : 1.0f);
+    // aiter: qk_scale = scale * RCP_LN2, then * k_descale in fp32. The 2D kernel declares `scale` a
+    // tl.constexpr, so scale * RCP_LN2 is folded in double and rounded to fp32 once; the 3D kernel takes a
+    // runtime fp32 scale and multiplies in fp32 (two roundings).
+    const float scale_log2e =
+        pl.split ? static_cast<float>(b.p->scale) * kLog2e : static_cast<float>(b.p->scale * kLog2eDouble);
+    pl.qk_mul = scale_log2e * (after ? static_cast<float>(b.p->k_scale) : 1.0f);
   } else {
     // Host-side folding in double, one cast to fp32, as the launchers pass their scalars.
-    pl.qk_mul =
-        static_cast<float>(b.p->scale * (after ? b.p->k_scale : 1.0) * (folded ? 1.4426950408889634 : 1.0));
+    pl.qk_mul = static_cast<float>(b.p->scale * (after ? b.p->k_scale : 1.0) * (folded ? kLog2eDouble : 1.0));
   }
-  const double cap_fold = folded && !k_.softcap_from_exp ? 1.4426950408889634 : 1.0;
+  const double cap_fold = folded && !k_.softcap_from_exp ? kLog2eDouble : 1.0;
   pl.softcap = bug_ == AttnBug::kSoftcapMissing ? 0.0f : static_cast<float>(b.p->softcap * cap_fold);
   pl.v_mul = static_cast<float>(after ? b.p->v_scale : 1.0);
-  if (k_.schedule == AttnSchedule::kTiled) plan_launch(b, pl);
   return pl;
 }
 
@@ -599,6 +603,28 @@ float add_act(DType act, float x, float y) {
   return act == DType::kBF16 ? round_act_toward_zero(act, s) : round_act(act, s);
 }
 
+float sequential_sum(const float* x, std::int64_t n) {
+  float s = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+// The mfma16 kernels' exp sum over one 64-token warp (pa_kernels.cuh:512-529 at aiter@e4048607, the same in
+// vLLM's paged_attention_ll4mi_QKV_mfma16_kernel): the QK MFMA leaves token 16 * d + 4 * r + i (d, i in 0..3)
+// in lane row r, each lane sums its 16 tokens in (d, i) order, then __shfl_xor over 32 and 16 lanes adds the
+// rows as (s0 + s2) + (s1 + s3). Tokens past the loaded count add nothing (the kernel adds 0.0f).
+float mfma16_warp_sum(const float* x, std::int64_t n) {
+  constexpr std::int64_t kRows = 4, kTokensPerRowStep = 4, kSteps = 4;
+  std::array<float, kRows> row{};
+  for (std::int64_t r = 0; r < kRows; ++r)
+    for (std::int64_t d = 0; d < kSteps; ++d)
+      for (std::int64_t i = 0; i < kTokensPerRowStep; ++i) {
+        const std::int64_t t = d * kRows * kTokensPerRowStep + r * kTokensPerRowStep + i;
+        if (t < n) row[static_cast<std::size_t>(r)] += x[t];
+      }
+  return (row[0] + row[2]) + (row[1] + row[3]);
+}
+
 // One partition of an ll4mi kernel (paged_attention_ll4mi_QKV_mfma16 / _mfma4): per warp of `warp_tokens`
 // keys, the max logit m_w and the sum of e^(s - m_w) over the keys below seq_len (a masked key carries
 // -FLT_MAX and still counts: e^0 = 1 in a warp with no visible key); the partition max M and sum
@@ -610,6 +636,7 @@ Ll4miPartition AttentionTwin::ll4mi_partition(const Batch& b, const Plan& pl, co
   const std::int64_t len = r.panel->valid, end = std::min(begin + k_.partition, len);
   const std::int64_t loaded_end = std::min(begin + k_.partition, r.panel->rows);
   const std::int64_t warps = k_.partition / k_.warp_tokens;
+  const bool mfma4 = b.hq / b.hkv <= k_.mfma4_max_gqa;
   std::vector<float> warp_max(static_cast<std::size_t>(warps), kMaskedLogit),
       warp_sum(static_cast<std::size_t>(warps), 0.0f), warp_scale(static_cast<std::size_t>(warps));
   p.assign(static_cast<std::size_t>(k_.partition), 0.0f);
@@ -623,22 +650,23 @@ Ll4miPartition AttentionTwin::ll4mi_partition(const Batch& b, const Plan& pl, co
       m = std::fmax(m, at(t));
     }
     if (bug_ == AttnBug::kNoMaxSubtraction) m = 0.0f;
-    for (std::int64_t t = t0; t < t1; ++t) {
-      at(t) = exp_of(k_.exp, at(t) - m);
-      warp_sum[static_cast<std::size_t>(w)] += at(t);
-    }
+    for (std::int64_t t = t0; t < t1; ++t) at(t) = exp_of(k_.exp, at(t) - m);
+    warp_sum[static_cast<std::size_t>(w)] =
+        mfma4 ? sequential_sum(&at(t0), t1 - t0) : mfma16_warp_sum(&at(t0), t1 - t0);
     part.max = std::fmax(part.max, m);
   }
   for (std::int64_t w = 0; w < warps; ++w) {
     warp_scale[static_cast<std::size_t>(w)] =
         exp_of(k_.exp, warp_max[static_cast<std::size_t>(w)] - part.max);
-    part.sum += warp_sum[static_cast<std::size_t>(w)] * warp_scale[static_cast<std::size_t>(w)];
+    // `sum += S_w * e^(m_w - M)`: one expression, contracted to an FMA by hipcc (fp-contract is on for HIP).
+    part.sum =
+        std::fma(warp_sum[static_cast<std::size_t>(w)], warp_scale[static_cast<std::size_t>(w)], part.sum);
   }
   const float inv = 1.0f / (part.sum + kSumBias);
   for (std::int64_t t = begin; t < end; ++t)
     at(t) =
         round_act(b.act, at(t) * (inv * warp_scale[static_cast<std::size_t>((t - begin) / k_.warp_tokens)]));
-  const bool per_warp = k_.warp_partials_in_act && b.hq / b.hkv <= k_.mfma4_max_gqa;
+  const bool per_warp = k_.warp_partials_in_act && mfma4;
   std::vector<float> acc(static_cast<std::size_t>(b.d), 0.0f);
   part.out.assign(static_cast<std::size_t>(b.d), 0.0f);
   for (std::int64_t w = 0; w < warps; ++w) {

@@ -26,10 +26,11 @@ TwinInfo dual_fused_info() {
   i.name = "cpu.dual.fused";
   i.description =
       "vLLM eagle3_aux_rmsnorm fused_dual_rmsnorm_cat: fp32 math, fp32 weight, one rounding, [N, 2H]";
+  // The code index does not hold this file at the vLLM pin; 14743b30 is the text read and the one the H200
+  // comparison ran (docs/UPSTREAM.md).
   i.provenance =
-      "vllm-project/vllm fused_dual_rmsnorm_cat / _fused_dual_rmsnorm_cat_kernel (EAGLE3 aux rmsnorm, "
-      "Triton); "
-      "read through the code index, which names no commit for it";
+      "vllm-project/vllm@14743b30969332390c5e7e4b151483acb37174f8 vllm/model_executor/models/"
+      "eagle3_aux_rmsnorm.py (fused_dual_rmsnorm_cat, _fused_dual_rmsnorm_cat_kernel)";
   i.numerics.output_roundings = 1;
   i.numerics.reduction = {128, 1, 32};
   i.supports_summary = "bf16/fp16; contiguous e and h rows; plain weight only";

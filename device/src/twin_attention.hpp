@@ -86,11 +86,13 @@ struct AttnKernel {
   // q-block that runs no tile leaves every segment at M = -inf, and exp(-inf - -inf) is NaN. Repaired, a row
   // that sees no key is empty on both paths.
   bool empty_tile_step = true;
-  bool window_v_zeroed = false;       // vLLM: V outside the window of the block's FIRST query zeroed first
-  bool page_tail_unmasked = false;    // aiter: a tile of exactly one page is loaded without the seq mask
-  bool softcap_from_exp = true;       // c (e^(s/c) - e^(-s/c)) / (e^(s/c) + e^(-s/c)): NaN past |s/c| ~ 88.7
-  bool l_fma = false;                 // L * alpha + l_j contracted to one FMA (Triton on NVIDIA)
-  bool scale_folded_in_fp32 = false;  // aiter: scale * log2(e) * k_scale formed in-kernel in fp32
+  bool window_v_zeroed = false;     // vLLM: V outside the window of the block's FIRST query zeroed first
+  bool page_tail_unmasked = false;  // aiter: a tile of exactly one page is loaded without the seq mask
+  bool softcap_from_exp = true;     // c (e^(s/c) - e^(-s/c)) / (e^(s/c) + e^(-s/c)): NaN past |s/c| ~ 88.7
+  bool l_fma = false;               // L * alpha + l_j contracted to one FMA (Triton on NVIDIA)
+  // aiter: scale * log2(e) * k_scale formed in the kernel (2D: scale * log2(e) a constexpr folded in double,
+  // then * k_scale in fp32; 3D: all in fp32).
+  bool scale_folded_in_fp32 = false;
   // What the kernel accepts (supports()).
   std::vector<std::int64_t> block_sizes;  // empty: any multiple of 16
   std::vector<std::int64_t> head_dims;    // empty: any in [min_head_dim, max_head_dim]
