@@ -31,6 +31,7 @@ import pathlib
 import re
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -328,7 +329,7 @@ def sequential_refs(a, b, acc):
 def load_trace_module(path):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_driftcheck_trace_probe", path)
+    spec = importlib.util.spec_from_file_location(f"_driftcheck_{pathlib.Path(path).stem}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -463,7 +464,9 @@ def run_compares(driftcheck, toml, names, seed, cases, parts, workdir, limit):
             cmd = [str(driftcheck), "compare", f"ext.trace.{name}", TWIN, "--backends", str(toml), "--cases",
                    str(max(part) + 1), "--seed", str(seed), "--outputs", "o", "--json", f"{stem}.jsonl"]
             with open(f"{stem}.md", "w") as md, open(f"{stem}.stderr", "w") as err:
-                p = subprocess.Popen(cmd, stdout=md, stderr=err, env=env | {CASES_ENV: ",".join(map(str, part))})
+                # A session of its own: at the deadline the compare and its worker stop together.
+                p = subprocess.Popen(cmd, stdout=md, stderr=err, env=env | {CASES_ENV: ",".join(map(str, part))},
+                                     start_new_session=True)
             procs.append((name, part, p, f"{stem}.jsonl", time.time()))
     out = {name: [] for name in names}
     deadline = time.time() + limit
@@ -471,7 +474,7 @@ def run_compares(driftcheck, toml, names, seed, cases, parts, workdir, limit):
         try:
             rc = p.wait(timeout=max(1, deadline - time.time()))
         except subprocess.TimeoutExpired:
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             rc = "timeout"
         out[name].append({"rc": rc, "seconds": round(time.time() - t0, 1), "cases": part, "jsonl": jsonl})
@@ -560,7 +563,12 @@ def summary(cases, per_variant, probe_result, ptx, header, notes):
         idc = sum(r["agreement"] == "identical" for r in rows.values())
         lines.append(f"| {n} | {within} | {apart} | {len(cases) - within - apart} | {idc} | {share} |")
     name, text = verdict(per_variant, cases)
-    lines += ["", f"**Verdict:** {text}.", ""]
+    lines += ["", f"**Verdict:** {text}.", "", "Worst element of each case beyond 1 ulp (variant vs twin):", ""]
+    for n in names:
+        for c, r in sorted(per_variant[n].items()):
+            if r["agreement"] in APART:
+                lines.append(f"- {n} case {c}: {r['worst']}")
+    lines.append("")
     if notes:
         lines += ["Compare runs that did not exit 0:", ""] + [f"- {n}" for n in notes] + [""]
     lines += ["## Probe (fp32, on the device)", "", "```", json.dumps(probe_result, indent=1), "```", "",
