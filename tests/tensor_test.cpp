@@ -32,18 +32,40 @@ TEST(Storage, EveryEncodingSurvivesStoreAndLoad) {
   }
 }
 
-// bf16 stores take a bit-trick path for doubles that are floats; others must round once from the double.
-TEST(Storage, Bf16StoreRoundsOnceFromDoubles) {
+// Stores of doubles in a small format's normal range take a bit-trick path; every store must equal encode()'s
+// single rounding from the double: random doubles in [-4, 4] (and floats), doubles of every binade around the
+// format's range (subnormals, the normal range's ends, overflow), and exact ties between neighbours (which
+// must round to even), in both overflow modes.
+TEST(Storage, SmallFloatStoresRoundOnceFromDoubles) {
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> dist(-4.0, 4.0);
-  Storage s(DType::kBF16, 1);
-  for (int i = 0; i < 20000; ++i) {
-    const double x = i % 2 ? dist(rng) : static_cast<double>(static_cast<float>(dist(rng)));
-    for (const Overflow ov : {Overflow::kIeee, Overflow::kSaturate}) {
-      s.store(0, x, ov);
-      ASSERT_EQ(s.load_bits(0), encode(kFormatBF16, x, ov)) << x;
+  for (const DType t : kSmallFloats) {
+    const FloatFormat& f = *float_format(t);
+    Storage s(t, 1);
+    const auto check = [&](double x) {
+      for (const Overflow ov : {Overflow::kIeee, Overflow::kSaturate}) {
+        s.store(0, x, ov);
+        ASSERT_EQ(s.load_bits(0), encode(f, x, ov)) << dtype_name(t) << " " << x;
+      }
+    };
+    for (int i = 0; i < 20000; ++i) {
+      check(i % 2 ? dist(rng) : static_cast<double>(static_cast<float>(dist(rng))));
+      const int binade = static_cast<int>(rng() % 300) - 170;  // 2^-170 .. 2^129: past both ends of bf16
+      const double mantissa = 1.0 + static_cast<double>(rng() >> 11) * 0x1p-53;
+      check((rng() & 1 ? -1.0 : 1.0) * std::ldexp(mantissa, binade));
     }
+    for (std::uint32_t code = 0; code + 1 < f.max_finite_code(); code += f.bits == 8 ? 1 : 97) {
+      const double lo = decode(f, code), hi = decode(f, code + 1);
+      check(lo + (hi - lo) / 2);  // a tie: to the even code
+      check(-(lo + (hi - lo) / 2));
+    }
+    const double top = max_finite(f), top_ulp = top - decode(f, f.max_finite_code() - 1);
+    for (const double x :
+         {top, top + top_ulp / 2, std::nextafter(top + top_ulp / 2, 0.0), std::ldexp(1.0, 1 - f.bias),
+          std::nextafter(std::ldexp(1.0, 1 - f.bias), 0.0), 0.0, -0.0})
+      check(x);
   }
+  Storage s(DType::kBF16, 1);
   s.store(0, 1.0 + 0x1p-8 + 0x1p-40);  // above the tie: up, although the float nearest to it is the tie
   EXPECT_EQ(s.load(0), 1.0 + 0x1p-7);
   s.store(0, 1e39, Overflow::kSaturate);

@@ -247,15 +247,16 @@ struct Attn {
   std::int64_t q_start(std::int64_t s) const {
     return static_cast<std::int64_t>(c.tensor("query_start_loc").at({s}));
   }
-  // Stored values (before the kv scale) of the first `len` keys of sequence s, kv head g: [len][D].
+  // Stored values (before the kv scale) of the first `len` keys of sequence s, kv head g: [len][D]. One run
+  // of D elements per key (a slot's head is a run at the cache's innermost stride).
   std::vector<double> keys(std::string_view cache, std::int64_t s, std::int64_t len, std::int64_t g) const {
     const Tensor& t = c.tensor(cache);
     const Tensor& table = c.tensor("block_table");
-    std::vector<double> out;
-    out.reserve(static_cast<std::size_t>(len * p.head_dim));
+    std::vector<double> out(static_cast<std::size_t>(len * p.head_dim));
     for (std::int64_t tok = 0; tok < len; ++tok) {
       const auto block = static_cast<std::int64_t>(table.at({s, tok / p.block_size}));
-      for (std::int64_t d = 0; d < p.head_dim; ++d) out.push_back(t.at({block, tok % p.block_size, g, d}));
+      t.storage()->load_f64(t.index({block, tok % p.block_size, g, 0}), t.strides()[3], p.head_dim,
+                            out.data() + tok * p.head_dim);
     }
     return out;
   }
@@ -269,28 +270,42 @@ struct Attn {
   double softcap(double x) const { return p.softcap > 0 ? p.softcap * std::tanh(x / p.softcap) : x; }
 };
 
-// Calls f(token, head, q row, keys, values, [lo, hi)) for every query row and head. Keys and values are
+// One sequence's keys and values for one kv head, dequantised: K transposed ([D][len]: the dot products of
+// one query with every key run over contiguous memory, key by key in parallel, each key's own sum still in
+// order of d), V as stored ([len][D]).
+struct HeadKV {
+  std::size_t len = 0;
+  std::vector<double> k_t, v;
+  const double* k_row(std::size_t d) const { return k_t.data() + d * len; }
+};
+
+// Calls f(token, head, q row, head's K and V, [lo, hi)) for every query row and head. Keys and values are
 // dequantised (times k_scale / v_scale) once per sequence and kv head, and rounded to the activation dtype
 // when `round_to_act` (the naive baseline's dequantisation).
 template <class F>
 void for_each_row(const Attn& a, bool round_to_act, F&& f) {
   const Tensor& q = a.c.tensor("q");
-  std::vector<double> qrow(static_cast<std::size_t>(a.p.head_dim));
+  const auto dim = static_cast<std::size_t>(a.p.head_dim);
+  std::vector<double> qrow(dim);
   const auto dequant = [&](std::vector<double> x, double scale) {
     for (auto& e : x) e = round_to_act ? rnd(a.act, e * scale) : e * scale;
     return x;
   };
+  HeadKV kv;
   for (std::int64_t s = 0; s < a.seqs; ++s) {
     const std::int64_t len = a.seq_len(s), start = a.q_start(s), ql = a.q_start(s + 1) - start;
     for (std::int64_t g = 0; g < a.p.num_kv_heads; ++g) {
       const auto k = dequant(a.keys("k_cache", s, len, g), a.p.k_scale);
-      const auto v = dequant(a.keys("v_cache", s, len, g), a.p.v_scale);
+      kv.len = static_cast<std::size_t>(len);
+      kv.k_t.resize(k.size());
+      for (std::size_t t = 0; t < kv.len; ++t)
+        for (std::size_t d = 0; d < dim; ++d) kv.k_t[d * kv.len + t] = k[t * dim + d];
+      kv.v = dequant(a.keys("v_cache", s, len, g), a.p.v_scale);
       for (std::int64_t j = 0; j < ql; ++j) {
         const auto [lo, hi] = a.visible(len, ql, j);
         for (std::int64_t h = g * a.group; h < (g + 1) * a.group; ++h) {
-          for (std::int64_t d = 0; d < a.p.head_dim; ++d)
-            qrow[static_cast<std::size_t>(d)] = q.at({start + j, h, d});
-          f(start + j, h, qrow, k, v, lo, hi);
+          q.storage()->load_f64(q.index({start + j, h, 0}), q.strides()[2], a.p.head_dim, qrow.data());
+          f(start + j, h, qrow, kv, lo, hi);
         }
       }
     }
@@ -320,25 +335,32 @@ struct AttnOut {
 // Naive: K/V dequantised and rounded to act, q.k summed in fp32 and rounded, the logit (scaled, soft-capped)
 // rounded, softmax in act (differences, exponentials, their fp32 sum and the quotients rounded), P.V summed
 // in fp32 and rounded; lse in fp32.
+// The fp32 sums run over keys in parallel (dot products) and over d in parallel (P.V), each element's own sum
+// in the order of the definition: key by key for P.V, d by d for q.k.
 Outputs naive_attention(const Case& c) {
   AttnOut out(c);
   const Attn& a = out.a;
   const std::size_t dim = static_cast<std::size_t>(a.p.head_dim);
   auto r = [&](double x) { return rnd(a.act, x); };
+  std::vector<float> dot, acc(dim);
+  std::vector<double> logit;
   for_each_row(
       a, true,
-      [&](std::int64_t t, std::int64_t h, const std::vector<double>& q, const std::vector<double>& k,
-          const std::vector<double>& v, std::int64_t lo, std::int64_t hi) {
+      [&](std::int64_t t, std::int64_t h, const std::vector<double>& q, const HeadKV& kv, std::int64_t lo,
+          std::int64_t hi) {
         const bool sink = a.p.has_sinks;
         if (hi <= lo && !sink) return;
-        std::vector<double> logit;
+        const auto first = static_cast<std::size_t>(lo), n = static_cast<std::size_t>(hi - lo);
+        dot.assign(n, 0.0f);
+        for (std::size_t d = 0; d < dim; ++d) {
+          const double qd = q[d], *k = kv.k_row(d) + first;
+          for (std::size_t j = 0; j < n; ++j) dot[j] += static_cast<float>(qd * k[j]);
+        }
+        logit.resize(n);
         double m = sink ? r(a.sinks[static_cast<std::size_t>(h)]) : -std::numeric_limits<double>::infinity();
-        for (std::int64_t key = lo; key < hi; ++key) {
-          float dot = 0;
-          for (std::size_t d = 0; d < dim; ++d)
-            dot += static_cast<float>(q[d] * k[static_cast<std::size_t>(key) * dim + d]);
-          logit.push_back(r(a.softcap(r(static_cast<double>(dot) * a.p.scale))));
-          m = std::max(m, logit.back());
+        for (std::size_t j = 0; j < n; ++j) {
+          logit[j] = r(a.softcap(r(static_cast<double>(dot[j]) * a.p.scale)));
+          m = std::max(m, logit[j]);
         }
         float sum =
             sink ? static_cast<float>(r(std::exp(r(a.sinks[static_cast<std::size_t>(h)] - m)))) : 0.0f;
@@ -348,13 +370,12 @@ Outputs naive_attention(const Case& c) {
         }
         const double denom = r(sum);
         for (auto& l : logit) l = r(l / denom);
-        for (std::size_t d = 0; d < dim; ++d) {
-          float acc = 0;
-          for (std::int64_t key = lo; key < hi; ++key)
-            acc += static_cast<float>(logit[static_cast<std::size_t>(key - lo)] *
-                                      v[static_cast<std::size_t>(key) * dim + d]);
-          out.o[out.row(t, h) * dim + d] = r(acc);
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (std::size_t j = 0; j < n; ++j) {
+          const double p = logit[j], *v = kv.v.data() + (first + j) * dim;
+          for (std::size_t d = 0; d < dim; ++d) acc[d] += static_cast<float>(p * v[d]);
         }
+        for (std::size_t d = 0; d < dim; ++d) out.o[out.row(t, h) * dim + d] = r(acc[d]);
         out.lse[out.row(t, h)] = static_cast<float>(m + std::log(static_cast<double>(sum)));
       });
   return out.finish();
@@ -391,6 +412,69 @@ double inf_log_weight(const std::vector<double>& weight, double z, const std::ve
   return std::log(strongest) - 2 * e - 16 * kU32;
 }
 
+// One query row's logits over its visible keys (unrounded, as the error model reads them): G = max_t |scale|
+// sum_d |q_d k_td|, S = max |logit|, the softmax weights exp(logit - m) and their sum z (a sink included).
+// The dot products run over all keys at once, d by d: each key's sums keep the order of d.
+struct RowLogits {
+  std::vector<double> weight, dot, mag;
+  double g_max = 0, s_max = 0, z = 0;
+
+  void compute(const Attn& a, const std::vector<double>& q, const HeadKV& kv, std::int64_t lo,
+               std::int64_t hi, std::int64_t h) {
+    const auto first = static_cast<std::size_t>(lo), n = static_cast<std::size_t>(hi - lo);
+    dot.assign(n, 0.0);
+    mag.assign(n, 0.0);
+    for (std::size_t d = 0; d < q.size(); ++d) {
+      const double qd = q[d], *k = kv.k_row(d) + first;
+      for (std::size_t j = 0; j < n; ++j) {
+        const double x = qd * k[j];
+        dot[j] += x;
+        mag[j] += std::fabs(x);
+      }
+    }
+    const double ks = std::fabs(a.p.scale);
+    double m =
+        a.p.has_sinks ? a.sinks[static_cast<std::size_t>(h)] : -std::numeric_limits<double>::infinity();
+    g_max = s_max = 0;
+    weight.resize(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      weight[j] = a.softcap(a.p.scale * dot[j]);
+      g_max = std::max(g_max, ks * mag[j]);
+      s_max = std::max(s_max, std::fabs(weight[j]));
+      m = std::max(m, weight[j]);
+    }
+    z = a.p.has_sinks ? std::exp(a.sinks[static_cast<std::size_t>(h)] - m) : 0.0;
+    for (auto& l : weight) z += (l = std::exp(l - m));
+  }
+};
+
+// Per element d of one query row, over its visible keys in order: M_d = sum_t p_t |v_td|, max_t |v_td|, the
+// hull's ends, and the statistical tier's sums of p_t^2 v_td^2, p_t^2 |v_td| and p_t^2 (the last the same for
+// every d). Accumulated key by key over all d at once: each element's sums keep the order of the keys.
+struct WeightedV {
+  std::vector<double> mw, vmax, v_lo, v_hi, p2v2, p2v;
+  double p2 = 0;
+
+  void accumulate(const std::vector<double>& weight, double z, const HeadKV& kv, std::size_t first,
+                  std::size_t dim) {
+    for (auto* x : {&mw, &vmax, &v_lo, &v_hi, &p2v2, &p2v}) x->assign(dim, 0.0);
+    p2 = 0;
+    for (std::size_t j = 0; j < weight.size(); ++j) {
+      const double pt = weight[j] / z, pt2 = pt * pt, *v = kv.v.data() + (first + j) * dim;
+      p2 += pt2;
+      for (std::size_t d = 0; d < dim; ++d) {
+        const double vs = v[d], vd = std::fabs(vs);
+        mw[d] += pt * vd;
+        vmax[d] = std::max(vmax[d], vd);
+        v_lo[d] = std::min(v_lo[d], vs);
+        v_hi[d] = std::max(v_hi[d], vs);
+        p2v2[d] += pt2 * vd * vd;
+        p2v[d] += pt2 * vd;
+      }
+    }
+  }
+};
+
 // docs/ORACLE.md, "Attention": per query row, n visible keys, G = max_t |scale k_scale| sum_d |q_d k_td|,
 // S = max |logit|, M_d = sum_t p_t |v_td| v_scale (the softmax-weighted magnitude, >= |o_d|).
 ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& naive) {
@@ -410,53 +494,30 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
   for (auto* v : {&lse.base, &lse.p_rounding, &lse.kv_dequant_rounding, &lse.baseline}) v->assign(n_l, 0);
   const auto ref_o = ref.at("o").to_f64(), ref_l = ref.at("lse").to_f64();
   const auto nv_o = naive.at("o").to_f64(), nv_l = naive.at("lse").to_f64();
+  RowLogits rl;
+  WeightedV wv;
   for_each_row(
       a, false,
-      [&](std::int64_t t, std::int64_t h, const std::vector<double>& q, const std::vector<double>& k,
-          const std::vector<double>& v, std::int64_t lo, std::int64_t hi) {
+      [&](std::int64_t t, std::int64_t h, const std::vector<double>& q, const HeadKV& kv, std::int64_t lo,
+          std::int64_t hi) {
         const std::size_t row = static_cast<std::size_t>(t * a.p.num_q_heads + h);
-        const double ks = std::fabs(a.p.scale);
-        double g_max = 0, s_max = 0,
-               m = a.p.has_sinks ? a.sinks[static_cast<std::size_t>(h)]
-                                 : -std::numeric_limits<double>::infinity(),
-               q1 = 0;
+        double q1 = 0;
         for (const double x : q) q1 += std::fabs(x);
-        std::vector<double> logit;
-        for (std::int64_t key = lo; key < hi; ++key) {
-          double dot = 0, mag = 0;
-          for (std::size_t d = 0; d < dim; ++d) {
-            const double kd = k[static_cast<std::size_t>(key) * dim + d];
-            dot += q[d] * kd;
-            mag += std::fabs(q[d] * kd);
-          }
-          logit.push_back(a.softcap(a.p.scale * dot));
-          g_max = std::max(g_max, ks * mag);
-          s_max = std::max(s_max, std::fabs(logit.back()));
-          m = std::max(m, logit.back());
-        }
-        double z = a.p.has_sinks ? std::exp(a.sinks[static_cast<std::size_t>(h)] - m) : 0.0;
-        for (auto& l : logit) z += (l = std::exp(l - m));
+        rl.compute(a, q, kv, lo, hi, h);
+        const std::vector<double>& logit = rl.weight;
+        const double g_max = rl.g_max, s_max = rl.s_max, z = rl.z;
+        wv.accumulate(logit, z, kv, static_cast<std::size_t>(lo), dim);
         const auto n = hi - lo;
         const double ds = (gamma(a.p.head_dim, kU32) + 4 * kU32) * g_max + 8 * kU32 * (s_max + a.p.softcap);
         const double dk = fp8 ? ua * g_max + std::fabs(a.p.scale) * q1 * sub : 0.0;
         double row_naive = 0;
         const double c_base = (5.0 * static_cast<double>(n) + 32) * kU32;
         for (std::size_t d = 0; d < dim; ++d) {
-          double mw = 0, vmax = 0, v_lo = 0, v_hi = 0, p2v2 = 0, p2v = 0, p2 = 0;
-          for (std::int64_t key = lo; key < hi; ++key) {
-            const double vs = v[static_cast<std::size_t>(key) * dim + d], vd = std::fabs(vs);
-            const double pt = logit[static_cast<std::size_t>(key - lo)] / z;
-            mw += pt * vd;
-            vmax = std::max(vmax, vd);
-            v_lo = std::min(v_lo, vs);
-            v_hi = std::max(v_hi, vs);
-            p2v2 += pt * pt * vd * vd;
-            p2v += pt * pt * vd;
-            p2 += pt * pt;
-          }
+          const double mw = wv.mw[d], vmax = wv.vmax[d], v_lo = wv.v_lo[d], v_hi = wv.v_hi[d],
+                       p2v2 = wv.p2v2[d], p2v = wv.p2v[d], p2 = wv.p2;
           const std::size_t i = row * dim + d;
           if (std::isinf(ref_o[i]))
-            o.inf_log_weight[i] = inf_log_weight(logit, z, v, lo, dim, d, ref_o[i], ds + dk);
+            o.inf_log_weight[i] = inf_log_weight(logit, z, kv.v, lo, dim, d, ref_o[i], ds + dk);
           const SoftmaxRow sr{mw, vmax, v_hi - v_lo};
           // The relative terms (exp, rescales, sums; P, partials rounded) scale the weights the logit error
           // left, whose weighted magnitude is m1 (m2 with the fp8 rounding's logit error on top).

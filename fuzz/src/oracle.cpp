@@ -80,10 +80,50 @@ std::optional<RunFailure> run_backend(const Backend& b, Case& c) {
 // ---------------------------------------------------------------------------------------------------------------
 // Storage: every element not inside an output view must keep its pristine bits.
 
-// Storage index of the element at row-major position i of t (the common contiguous case without the
-// per-element index arithmetic: the KV caches are large).
-std::int64_t storage_index(const Tensor& t, bool contiguous, std::int64_t i) {
-  return contiguous ? t.offset() + i : t.index_of_linear(i);
+// Storage index of every element of t, in row-major order of its logical index: index_of_linear(i) for every
+// i, stepping through the strides instead of dividing by the extents per element (outputs and KV caches are
+// walked element by element on every run).
+std::vector<std::int64_t> storage_indices(const Tensor& t) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(t.numel()));
+  if (out.empty()) return out;
+  const std::size_t rank = t.shape().size();
+  if (rank == 0) {
+    out[0] = t.offset();
+    return out;
+  }
+  const std::int64_t len = t.shape()[rank - 1], step = t.strides()[rank - 1];
+  std::vector<std::int64_t> idx(rank - 1, 0);
+  std::int64_t base = t.offset();
+  for (std::size_t at = 0; at < out.size(); at += static_cast<std::size_t>(len)) {
+    for (std::int64_t j = 0; j < len; ++j) out[at + static_cast<std::size_t>(j)] = base + j * step;
+    for (std::size_t d = rank - 1; d-- > 0;) {  // the next row: an odometer over the outer dimensions
+      base += t.strides()[d];
+      if (++idx[d] < t.shape()[d]) break;
+      base -= idx[d] * t.strides()[d];
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+// Whether element i of a and element j of b hold the same bits (both of one dtype; the indices come from
+// views, which are checked against their storages when made).
+bool same_bits(const Storage& a, std::int64_t i, const Storage& b, std::int64_t j) {
+  const auto size = static_cast<std::size_t>(dtype_size(a.dtype));
+  const std::byte* x = a.bytes.data() + static_cast<std::size_t>(i) * size;
+  const std::byte* y = b.bytes.data() + static_cast<std::size_t>(j) * size;
+  switch (size) {
+    case 1:
+      return *x == *y;
+    case 2:
+      return std::memcmp(x, y, 2) == 0;
+    case 4:
+      return std::memcmp(x, y, 4) == 0;
+    case 8:
+      return std::memcmp(x, y, 8) == 0;
+    default:
+      return std::memcmp(x, y, size) == 0;
+  }
 }
 
 struct StorageMap {
@@ -97,9 +137,8 @@ enum Role : char { kGuard = 0, kInputView = 1, kOutputView = 2 };
 
 void mark(std::vector<char>& role, const std::vector<const Tensor*>& views, Role r) {
   for (const Tensor* t : views) {
-    const bool contiguous = t->is_contiguous();
-    for (std::int64_t i = 0; i < t->numel(); ++i) {
-      char& x = role[static_cast<std::size_t>(storage_index(*t, contiguous, i))];
+    for (const std::int64_t i : storage_indices(*t)) {
+      char& x = role[static_cast<std::size_t>(i)];
       x = std::max<char>(x, r);
     }
   }
@@ -116,7 +155,7 @@ std::pair<Role, std::string> first_change(const StorageMap& m) {
   std::pair<Role, std::string> found{kOutputView, {}};
   for (std::int64_t i = 0; i < m.run->numel(); ++i) {
     const auto r = static_cast<Role>(role[static_cast<std::size_t>(i)]);
-    if (r == kOutputView || r >= found.first || m.run->load_bits(i) == m.pristine->load_bits(i)) continue;
+    if (r == kOutputView || r >= found.first || same_bits(*m.run, i, *m.pristine, i)) continue;
     found = {r, fmt::format("storage of '{}' element {} changed: {:.9g} -> {:.9g}", m.name, i,
                             m.pristine->load(i), m.run->load(i))};
     if (r == kGuard) break;
@@ -314,13 +353,11 @@ void check_statistical(const PreparedCase& pc, const Numerics& n, Evaluation& ev
 std::optional<std::string> differs(const Case& a, const Case& b) {
   for (const auto& name : op_signature(a).outputs) {
     const Tensor &ta = a.tensor(name), &tb = b.tensor(name);
-    for (std::int64_t i = 0; i < ta.numel(); ++i) {
-      const auto ba = ta.storage()->load_bits(ta.index_of_linear(i));
-      const auto bb = tb.storage()->load_bits(tb.index_of_linear(i));
-      if (ba != bb)
-        return fmt::format("{}: {:.9g} vs {:.9g}", where(name, i, ta.shape()),
-                           ta.storage()->load(ta.index_of_linear(i)),
-                           tb.storage()->load(tb.index_of_linear(i)));
+    const auto ia = storage_indices(ta), ib = storage_indices(tb);
+    for (std::size_t i = 0; i < ia.size(); ++i) {
+      if (!same_bits(*ta.storage(), ia[i], *tb.storage(), ib[i]))
+        return fmt::format("{}: {:.9g} vs {:.9g}", where(name, static_cast<std::int64_t>(i), ta.shape()),
+                           ta.storage()->load(ia[i]), tb.storage()->load(ib[i]));
     }
   }
   return std::nullopt;
@@ -357,6 +394,17 @@ std::int64_t batch_size(const Case& c) {
   return c.tensor(op_signature(c).outputs.front()).size(0);
 }
 
+// Whether each block t[b] of a cache view is one run of elements (its inner dimensions contiguous, whatever
+// the stride between blocks), as in every KV layout the generator makes (separate, stacked, interleaved).
+bool blocks_are_runs(const Tensor& t) {
+  std::int64_t expected = 1;
+  for (std::size_t d = t.shape().size(); d-- > 1;) {
+    if (t.shape()[d] != 1 && t.strides()[d] != expected) return false;
+    expected *= t.shape()[d];
+  }
+  return true;
+}
+
 // Moves every physical KV block to a new place (a permutation derived from the case's seed and index) and
 // rewrites the block table to match: attention is a function of the logical sequence, so no bit may change.
 Case permute_blocks(const Case& pristine) {
@@ -376,12 +424,13 @@ Case permute_blocks(const Case& pristine) {
     const std::int64_t per_block = src.numel() / blocks;
     for (std::int64_t b = 0; b < blocks; ++b) {
       const std::int64_t to = perm[static_cast<std::size_t>(b)];
-      if (src.is_contiguous() && dst.is_contiguous()) {  // one block is one run of bytes
+      if (blocks_are_runs(src) && blocks_are_runs(dst)) {  // one block is one run of bytes
         const auto size = static_cast<std::size_t>(dtype_size(src.dtype()));
-        std::memcpy(
-            dst.storage()->bytes.data() + static_cast<std::size_t>(dst.offset() + to * per_block) * size,
-            src.storage()->bytes.data() + static_cast<std::size_t>(src.offset() + b * per_block) * size,
-            static_cast<std::size_t>(per_block) * size);
+        std::memcpy(dst.storage()->bytes.data() +
+                        static_cast<std::size_t>(dst.offset() + to * dst.strides()[0]) * size,
+                    src.storage()->bytes.data() +
+                        static_cast<std::size_t>(src.offset() + b * src.strides()[0]) * size,
+                    static_cast<std::size_t>(per_block) * size);
         continue;
       }
       for (std::int64_t i = 0; i < per_block; ++i)

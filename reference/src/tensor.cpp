@@ -53,14 +53,46 @@ double bf16_value(std::uint16_t code) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(code) << 16);
 }
 
-// bf16 encoding of v. A double that is exactly a float takes the bit-trick path (round_bf16 is bit-identical
-// to encode for every float); any other double is rounded once by encode, never through float.
-std::uint16_t bf16_code(double v, Overflow ov) {
-  const float f = static_cast<float>(v);
-  if (ov == Overflow::kIeee && static_cast<double>(f) == v) {
-    return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(round_bf16(f)) >> 16);
+// encode(f, v, ov) for the small float format with these parameters (its largest finite value given, since
+// decode() is not constexpr). A v in the format's normal range is encoded straight from the double's bits:
+// dropping the low mantissa bits with a round-half-even carry is exactly encode()'s single rounding there (a
+// carry into the next binade moves the exponent as it should, and a value at most the largest finite one
+// cannot round past it). Most stores of a case's values take this path; zero, subnormals, values beyond the
+// largest finite one, infinities and NaN go through encode().
+template <int Bits, int ManBits, int Bias>
+std::uint32_t small_code(const FloatFormat& f, double max_finite, double v, Overflow ov) {
+  constexpr double kMinNormal = [] {
+    double x = 1;
+    for (int e = 1 - Bias; e < 0; ++e) x *= 0.5;
+    return x;
+  }();
+  const double a = std::fabs(v);
+  if (!(a >= kMinNormal && a <= max_finite)) return encode(f, v, ov);
+  constexpr int kDrop = 52 - ManBits;
+  constexpr std::uint64_t kLow = (std::uint64_t{1} << kDrop) - 1;
+  std::uint64_t u = std::bit_cast<std::uint64_t>(v);
+  u += (kLow >> 1) + ((u >> kDrop) & 1u);
+  const std::uint64_t sign = u >> 63, exp = ((u >> 52) & 0x7ffu) - 1023 + Bias;
+  const std::uint64_t man = (u >> kDrop) & ((std::uint64_t{1} << ManBits) - 1);
+  return static_cast<std::uint32_t>((sign << (Bits - 1)) | (exp << ManBits) | man);
+}
+
+// Encoding of v in a small float dtype, rounded once (Storage::store_f64's stores).
+std::uint32_t small_float_code(DType t, double v, Overflow ov) {
+  switch (t) {
+    case DType::kBF16:
+      return small_code<16, 7, 127>(kFormatBF16, 0x1.fep127, v, ov);
+    case DType::kF16:
+      return small_code<16, 10, 15>(kFormatF16, 65504.0, v, ov);
+    case DType::kF8E4M3FN:
+      return small_code<8, 3, 7>(kFormatE4M3FN, 448.0, v, ov);
+    case DType::kF8E4M3FNUZ:
+      return small_code<8, 3, 8>(kFormatE4M3FNUZ, 240.0, v, ov);
+    case DType::kF8E5M2:
+      return small_code<8, 2, 15>(kFormatE5M2, 57344.0, v, ov);
+    default:
+      return encode(*float_format(t), v, ov);
   }
-  return static_cast<std::uint16_t>(encode(kFormatBF16, v, ov));
 }
 
 std::int32_t to_i32(double v) {
@@ -147,15 +179,11 @@ void Storage::store_f64(std::int64_t first, std::int64_t stride, std::int64_t n,
         write_as<std::int32_t>(p, to_i32(in[i]));
         break;
       case DType::kBF16:
-        write_as<std::uint16_t>(p, bf16_code(in[i], ov));
-        break;
       case DType::kF16:
-        write_as<std::uint16_t>(p, static_cast<std::uint16_t>(encode(kFormatF16, in[i], ov)));
+        write_as<std::uint16_t>(p, static_cast<std::uint16_t>(small_float_code(dtype, in[i], ov)));
         break;
-      default: {
-        const FloatFormat& f = *float_format(dtype);
-        write_as<std::uint8_t>(p, static_cast<std::uint8_t>(encode(f, in[i], ov)));
-      }
+      default:
+        write_as<std::uint8_t>(p, static_cast<std::uint8_t>(small_float_code(dtype, in[i], ov)));
     }
   }
 }
