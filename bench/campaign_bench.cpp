@@ -5,8 +5,10 @@
 // resumed from the journal, so the VmHWM column shows whether memory stays flat while cases, findings and
 // statistics accumulate.
 //
-//   campaign_bench [--seconds N] [--segments K] [--jobs J] [--small] [--mutants]
+//   campaign_bench [--seconds N] [--segments K] [--jobs J] [--small] [--mutants] [--backend GLOBS]
 //   campaign_bench --long        # 10 segments of 60 s: the 10-minute memory check
+//   campaign_bench --backend cpu.attn.triton_unified   # one op's case stream (as gpu_campaign_bench's C) on
+//                                                      # a CPU backend: the CPU side of an attention case
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -35,6 +37,7 @@ struct Args {
   int jobs = 0;
   bool small = false;
   bool mutants = false;
+  std::string backends;
 };
 
 Args parse(int argc, char** argv) {
@@ -45,6 +48,7 @@ Args parse(int argc, char** argv) {
   app.add_option("--jobs", a.jobs, "worker threads (0: one per core)")->check(CLI::Range(0, 4096));
   app.add_flag("--small", a.small, "small cases only");
   app.add_flag("--mutants", a.mutants, "the mutants instead of the twins");
+  app.add_option("--backend", a.backends, "backend globs, comma-separated (default: every available one)");
   app.add_flag_callback(
       "--long", [&a] { a.seconds = 60, a.segments = 10; }, "60 s x 10 segments");
   try {
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
     o.seconds = a.seconds * (s + 1);  // the budget is the campaign's total: each segment adds a.seconds
     o.jobs = a.jobs;
     o.include_mutants = a.mutants;
+    o.backend_globs = a.backends;
     o.gen.large_shapes = !a.small;
     o.out_dir = dir;
     o.resume = s > 0;
