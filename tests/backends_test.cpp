@@ -645,6 +645,33 @@ TEST(AttentionTwins, AiterUnified2dFoldsTheConstexprScaleInDouble) {
   }
 }
 
+// aiter's kernels update `L = L * alpha + l_j` (unified_attention.py:409, 816 at aiter@e4048607), which
+// Triton's AMD backend contracts to an FMA as the NVIDIA one does (enable_fp_fusion defaults to true). Tile 0
+// (block 16 = tile 16) holds three keys at log2-domain logit s_a and 13 whose P underflows to 0 (L = 3);
+// tile 1 one key at 0 (alpha = 2^s_a, l_j = 1): where rounding 3 alpha before the add changes the lse, the
+// twin must keep the FMA's value.
+TEST(AttentionTwins, AiterUnifiedRunningSumIsAnFma) {
+  constexpr float kLn2 = 0.69314718055994530942f;
+  const float qk = static_cast<float>(1.4426950408889634);  // scale 1 folded with RCP_LN2 (2D)
+  float a = 0.0f, expected = 0.0f;
+  for (int k = 1; k < 256 && a == 0.0f; ++k) {
+    const float ak = -static_cast<float>(k) / 16.0f;  // exact in bf16
+    const float alpha = std::exp2(qk * ak);
+    const float fused = std::log2(std::fma(3.0f, alpha, 1.0f)) * kLn2;
+    if (fused != std::log2(3.0f * alpha + 1.0f) * kLn2) {
+      a = ak;
+      expected = fused;
+    }
+  }
+  ASSERT_NE(a, 0.0f);
+  Case c = probe_case(1, 17, 1.0, 7);
+  for (std::int64_t t = 0; t < 16; ++t) set_key(c, t, t < 3 ? static_cast<double>(a) : -200.0);
+  for (const char* twin : {"cpu.attn.aiter_unified_mi300x", "cpu.attn.aiter_unified_mi355x"}) {
+    const Case out = run_clone(get(twin), c);
+    EXPECT_EQ(out.tensor("lse").at({0, 0}), static_cast<double>(expected)) << twin << " a " << a;
+  }
+}
+
 // The builders poison every unused slot with NaN; the same case without poison must give the same bits,
 // except for a twin that reproduces a kernel loading whole pages (aiter unified with tile == block size):
 // there the poison must show, and must vanish once that defect is repaired.

@@ -29,6 +29,9 @@ std::unique_ptr<Backend> aiter_unified(std::string name, std::string device, int
   k.page_tail_unmasked = true;
   k.softcap_from_exp = true;
   k.scale_folded_in_fp32 = true;
+  // Triton's AMD backend fuses fp ops like the NVIDIA one (HIPOptions.enable_fp_fusion defaults to true and
+  // is passed to LLVM's code generation): L * alpha + l_j is one FMA.
+  k.l_fma = true;
   // vLLM's ROCM_AITER_UNIFIED_ATTN backend: kernel block sizes 16 and 32, head sizes 32..256.
   k.block_sizes = {16, 32};
   k.min_head_dim = 32;
