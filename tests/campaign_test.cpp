@@ -20,6 +20,7 @@
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/journal.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
+#include "scratch_dir.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -66,13 +67,8 @@ const Registry& test_registry() {
   return reg;
 }
 
-// Per process: the suites of several build trees (release, ASan, other checkouts) may run at once on a
-// machine.
 std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("driftcheck_campaign_test_" + std::to_string(::getpid()) + "_" + name);
-  std::filesystem::remove_all(dir);
-  return dir;
+  return testing::fresh_scratch_dir("campaign_test", name);
 }
 
 CampaignOptions options(const std::filesystem::path& dir, std::string globs, std::uint64_t cases) {

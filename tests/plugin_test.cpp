@@ -14,6 +14,7 @@
 #include "driftcheck/device/plugin_backend.hpp"
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
+#include "scratch_dir.hpp"
 
 namespace driftcheck {
 namespace {
@@ -36,9 +37,7 @@ std::string slurp_text(const fs::path& p) {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("driftcheck_plugin_test_" + name);
-  fs::remove_all(dir);
-  return dir;
+  return testing::fresh_scratch_dir("plugin_test", name);
 }
 
 // A campaign over rmsnorm cases with the example plugin (configured with `config`) as the only backend.

@@ -17,6 +17,7 @@
 #include "driftcheck/reports/numbers.hpp"
 #include "driftcheck/reports/report.hpp"
 #include "driftcheck/reports/report_set.hpp"
+#include "scratch_dir.hpp"
 
 namespace driftcheck::reports {
 namespace {
@@ -208,8 +209,7 @@ std::string read(const std::filesystem::path& p) {
 }
 
 TEST(WriteFileAtomic, ReplacesWholeFilesAndLeavesNoTemp) {
-  const auto dir = std::filesystem::temp_directory_path() / "driftcheck_reports_test";
-  std::filesystem::remove_all(dir);
+  const auto dir = testing::fresh_scratch_dir("reports_test", "atomic");
   std::filesystem::create_directories(dir);
   write_file_atomic(dir / "a.txt", "first version, longer");
   write_file_atomic(dir / "a.txt", "second");
@@ -349,8 +349,7 @@ TEST(ReportHtml, EscapesWhatRunsWrote) {
 }
 
 std::filesystem::path fresh(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("driftcheck_reports_test_" + name);
-  std::filesystem::remove_all(dir);
+  const auto dir = testing::fresh_scratch_dir("reports_test", name);
   std::filesystem::create_directories(dir);
   return dir;
 }

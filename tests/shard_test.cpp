@@ -17,6 +17,7 @@
 #include "driftcheck/fuzz/merge.hpp"
 #include "driftcheck/fuzz/shard.hpp"
 #include "driftcheck/reports/report.hpp"
+#include "scratch_dir.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -131,9 +132,7 @@ TEST(Device, AutoIsTheLocalRankAmongTheVisibleGpus) {
 // Merge
 
 fs::path fresh_dir(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("driftcheck_shard_test_" + name);
-  fs::remove_all(dir);
-  return dir;
+  return testing::fresh_scratch_dir("shard_test", name);
 }
 
 // Every correct CPU backend and a few mutants: findings to merge, without a bundle write (fsync) per case.

@@ -15,6 +15,7 @@
 #include "driftcheck/fuzz/features.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
+#include "scratch_dir.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -65,8 +66,7 @@ TEST(Shrink, ShapeLineSaysTheShapeInOneLine) {
 // mutant.attn.table_stride_ignored reads block-table rows at s * width: it needs two sequences and a table
 // whose rows are further apart than its width. The shrunk repro keeps exactly that and little else.
 TEST(Shrink, AStructuralAttentionBugShrinksToAFewKilobytes) {
-  const auto dir = std::filesystem::temp_directory_path() / "driftcheck_shrink_test";
-  std::filesystem::remove_all(dir);
+  const auto dir = testing::fresh_scratch_dir("shrink_test", "structural");
   CampaignOptions o;
   o.ops = {OpKind::kAttention};
   o.backend_globs = "mutant.attn.table_stride_ignored";
@@ -123,8 +123,7 @@ TEST(Shrink, AStructuralAttentionBugShrinksToAFewKilobytes) {
 // page tail alone explains; the representative must still fail by the empty-tile step and by nothing the list
 // explains.
 TEST(Shrink, ATwinsFindingKeepsItsCauseAndDoesNotShrinkIntoAKnownDefect) {
-  const auto dir = std::filesystem::temp_directory_path() / "driftcheck_shrink_test_known";
-  std::filesystem::remove_all(dir);
+  const auto dir = testing::fresh_scratch_dir("shrink_test", "known");
   KnownFindings without_tile = builtin_known_findings();
   std::erase_if(without_tile.findings,
                 [](const KnownFinding& f) { return f.id == "aiter-unified-empty-tile-step"; });
