@@ -381,6 +381,13 @@ Outputs naive_attention(const Case& c) {
   return out.finish();
 }
 
+// The factors a logit error bound e moves softmax weights by (below): exp(2e) and expm1(2e). The same for
+// every element of a query row, so computed once per row.
+struct LogitError {
+  double exp_2e, expm1_2e;
+  explicit LogitError(double e) : exp_2e(std::exp(2 * e)), expm1_2e(std::expm1(2 * e)) {}
+};
+
 // One output element's softmax-weighted view of V (docs/ORACLE.md, "Attention"): M_d = sum_t p_t |v_td|, the
 // largest |v_td| over the visible keys, and the width of the hull [min(0, min_t v_td), max(0, max_t v_td)].
 struct SoftmaxRow {
@@ -391,10 +398,10 @@ struct SoftmaxRow {
   // weights, both o_d and the reference lie in the hull (weights are >= 0 and sum to at most 1, a sink
   // taking the rest), so never by more than its width. The second bound keeps the term finite where the
   // first overflows (fp8 K rounded to the activation dtype with logits x1024: 2e in the hundreds).
-  double shift(double e) const { return mw == 0 ? 0.0 : std::min(std::expm1(2 * e) * mw, hull); }
+  double shift(const LogitError& e) const { return mw == 0 ? 0.0 : std::min(e.expm1_2e * mw, hull); }
   // sum_t p~_t |v_td| for weights moved that way: at most exp(2e) M_d, and at most max |v_td| (they sum to
   // 1).
-  double magnitude(double e) const { return mw == 0 ? 0.0 : std::min(std::exp(2 * e) * mw, vmax); }
+  double magnitude(const LogitError& e) const { return mw == 0 ? 0.0 : std::min(e.exp_2e * mw, vmax); }
 };
 
 // An infinite reference o_d = sum_t p_t v_td comes from the keys whose v_td is that infinity. A kernel
@@ -512,6 +519,8 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
         const double dk = fp8 ? ua * g_max + std::fabs(a.p.scale) * q1 * sub : 0.0;
         double row_naive = 0;
         const double c_base = (5.0 * static_cast<double>(n) + 32) * kU32;
+        const LogitError e1(ds), e2(ds + dk);
+        const double grow = std::exp(std::min(4 * (ds + dk), 700.0));
         for (std::size_t d = 0; d < dim; ++d) {
           const double mw = wv.mw[d], vmax = wv.vmax[d], v_lo = wv.v_lo[d], v_hi = wv.v_hi[d],
                        p2v2 = wv.p2v2[d], p2v = wv.p2v[d], p2 = wv.p2;
@@ -521,24 +530,23 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
           const SoftmaxRow sr{mw, vmax, v_hi - v_lo};
           // The relative terms (exp, rescales, sums; P, partials rounded) scale the weights the logit error
           // left, whose weighted magnitude is m1 (m2 with the fp8 rounding's logit error on top).
-          const double m1 = sr.magnitude(ds), m2 = sr.magnitude(ds + dk);
-          o.base[i] = sr.shift(ds) + c_base * m1;
+          const double m1 = sr.magnitude(e1), m2 = sr.magnitude(e2);
+          o.base[i] = sr.shift(e1) + c_base * m1;
           o.p_rounding[i] = ua * m1 + static_cast<double>(n) * sub * vmax;
           // With both, the logits are off by ds + dk: this term is what that adds to base's shift(ds), and to
           // every relative term through m2 >= m1.
           o.kv_dequant_rounding[i] =
-              fp8 ? ua * m2 + sub + (sr.shift(ds + dk) - sr.shift(ds)) + (c_base + 2 * ua) * (m2 - m1) : 0.0;
+              fp8 ? ua * m2 + sub + (sr.shift(e2) - sr.shift(e1)) + (c_base + 2 * ua) * (m2 - m1) : 0.0;
           o.partials_rounding[i] = ua * m1 + sub;
           // Statistical tier (section 9): the same terms split into what stays worst case and the rounding
           // errors taken as independent, mean zero, each within u_a of its weight (hypothesis H). P rounded:
           // c_t = u_a p~_t (|v_td| + |o_d|) (kernels normalise by the sum of unrounded or of rounded P);
           // V rounded: c_t = u_a p~_t |v_td|; p~_t <= exp(2 e) p_t for the weights the logit error left.
-          const double grow = std::exp(std::min(4 * (ds + dk), 700.0)),
-                       od = std::isfinite(ref_o[i]) ? std::fabs(ref_o[i]) : 0.0;
+          const double od = std::isfinite(ref_o[i]) ? std::fabs(ref_o[i]) : 0.0;
           o.typical_p[i] = static_cast<double>(n) * sub * vmax;
           o.variance_p[i] = ua * ua * grow * (p2v2 + 2 * od * p2v + od * od * p2);
           if (fp8) {
-            o.typical_kv[i] = sub + (sr.shift(ds + dk) - sr.shift(ds)) + (c_base + 2 * ua) * (m2 - m1);
+            o.typical_kv[i] = sub + (sr.shift(e2) - sr.shift(e1)) + (c_base + 2 * ua) * (m2 - m1);
             o.variance_kv[i] = ua * ua * grow * p2v2;
           }
           if (std::isfinite(nv_o[i]) && std::isfinite(ref_o[i]))

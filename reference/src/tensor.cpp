@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 namespace driftcheck {
 namespace {
@@ -77,24 +78,6 @@ std::uint32_t small_code(const FloatFormat& f, double max_finite, double v, Over
   return static_cast<std::uint32_t>((sign << (Bits - 1)) | (exp << ManBits) | man);
 }
 
-// Encoding of v in a small float dtype, rounded once (Storage::store_f64's stores).
-std::uint32_t small_float_code(DType t, double v, Overflow ov) {
-  switch (t) {
-    case DType::kBF16:
-      return small_code<16, 7, 127>(kFormatBF16, 0x1.fep127, v, ov);
-    case DType::kF16:
-      return small_code<16, 10, 15>(kFormatF16, 65504.0, v, ov);
-    case DType::kF8E4M3FN:
-      return small_code<8, 3, 7>(kFormatE4M3FN, 448.0, v, ov);
-    case DType::kF8E4M3FNUZ:
-      return small_code<8, 3, 8>(kFormatE4M3FNUZ, 240.0, v, ov);
-    case DType::kF8E5M2:
-      return small_code<8, 2, 15>(kFormatE5M2, 57344.0, v, ov);
-    default:
-      return encode(*float_format(t), v, ov);
-  }
-}
-
 std::int32_t to_i32(double v) {
   if (!(v == std::floor(v)) || v < -2147483648.0 || v > 2147483647.0) {
     throw InvalidArgument("int32 store of " + std::to_string(v) + ": not an integer in range");
@@ -129,35 +112,50 @@ Storage::Storage(DType t, std::int64_t numel) : dtype(t) {
   bytes.resize(static_cast<std::size_t>(numel * dtype_size(t)));
 }
 
+namespace {
+
+// Elements first + i * stride (i < n) of `bytes`, each of `size` bytes, through `f(pointer to element, i)`.
+// Element indices, not a byte step: first + i * stride is in range for every i < n (checked by the caller),
+// while stride * size may overflow where n is 1. One loop per dtype (the callers switch outside it): loads
+// and stores of whole caches run through here.
+template <class Byte, class F>
+void for_each_element(Byte* bytes, std::int64_t first, std::int64_t stride, std::int64_t n, int size, F f) {
+  for (std::int64_t i = 0; i < n; ++i) f(bytes + (first + i * stride) * size, i);
+}
+
+// Writes a double into one element of a small float format (small_code's parameters).
+template <int Bits, int ManBits, int Bias>
+auto small_writer(const FloatFormat& f, double max_finite, Overflow ov) {
+  using Code = std::conditional_t<Bits == 16, std::uint16_t, std::uint8_t>;
+  return [&f, max_finite, ov](std::byte* p, double v) {
+    write_as<Code>(p, static_cast<Code>(small_code<Bits, ManBits, Bias>(f, max_finite, v, ov)));
+  };
+}
+
+}  // namespace
+
 void Storage::load_f64(std::int64_t first, std::int64_t stride, std::int64_t n, double* out) const {
   if (n <= 0) return;
   check_run("read", first, stride, n, numel());
-  // Element indices, not a byte step: first + i * stride is in range for every i < n (checked above), while
-  // stride * size may overflow where n is 1.
   const int size = dtype_size(dtype);
   const double* table = decode_table(dtype);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::byte* p = bytes.data() + (first + i * stride) * size;
-    switch (dtype) {
-      case DType::kF64:
-        out[i] = read_as<double>(p);
-        break;
-      case DType::kF32:
-        out[i] = read_as<float>(p);
-        break;
-      case DType::kI32:
-        out[i] = read_as<std::int32_t>(p);
-        break;
-      case DType::kBF16:
-        out[i] = bf16_value(read_as<std::uint16_t>(p));
-        break;
-      case DType::kF16:
-        out[i] = table[read_as<std::uint16_t>(p)];
-        break;
-      default:
-        out[i] = table[read_as<std::uint8_t>(p)];
-        break;
-    }
+  const auto load = [&](auto read) {
+    for_each_element(bytes.data(), first, stride, n, size,
+                     [&](const std::byte* p, std::int64_t i) { out[i] = read(p); });
+  };
+  switch (dtype) {
+    case DType::kF64:
+      return load([](const std::byte* p) { return read_as<double>(p); });
+    case DType::kF32:
+      return load([](const std::byte* p) { return static_cast<double>(read_as<float>(p)); });
+    case DType::kI32:
+      return load([](const std::byte* p) { return static_cast<double>(read_as<std::int32_t>(p)); });
+    case DType::kBF16:
+      return load([](const std::byte* p) { return bf16_value(read_as<std::uint16_t>(p)); });
+    case DType::kF16:
+      return load([&](const std::byte* p) { return table[read_as<std::uint16_t>(p)]; });
+    default:
+      return load([&](const std::byte* p) { return table[read_as<std::uint8_t>(p)]; });
   }
 }
 
@@ -166,25 +164,29 @@ void Storage::store_f64(std::int64_t first, std::int64_t stride, std::int64_t n,
   if (n <= 0) return;
   check_run("write", first, stride, n, numel());
   const int size = dtype_size(dtype);
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::byte* p = bytes.data() + (first + i * stride) * size;
-    switch (dtype) {
-      case DType::kF64:
-        write_as<double>(p, in[i]);
-        break;
-      case DType::kF32:
-        write_as<float>(p, static_cast<float>(round_to(DType::kF32, in[i], ov)));
-        break;
-      case DType::kI32:
-        write_as<std::int32_t>(p, to_i32(in[i]));
-        break;
-      case DType::kBF16:
-      case DType::kF16:
-        write_as<std::uint16_t>(p, static_cast<std::uint16_t>(small_float_code(dtype, in[i], ov)));
-        break;
-      default:
-        write_as<std::uint8_t>(p, static_cast<std::uint8_t>(small_float_code(dtype, in[i], ov)));
-    }
+  const auto store = [&](auto write) {
+    for_each_element(bytes.data(), first, stride, n, size,
+                     [&](std::byte* p, std::int64_t i) { write(p, in[i]); });
+  };
+  switch (dtype) {
+    case DType::kF64:
+      return store([](std::byte* p, double v) { write_as<double>(p, v); });
+    case DType::kF32:
+      return store([&](std::byte* p, double v) {
+        write_as<float>(p, static_cast<float>(round_to(DType::kF32, v, ov)));
+      });
+    case DType::kI32:
+      return store([](std::byte* p, double v) { write_as<std::int32_t>(p, to_i32(v)); });
+    case DType::kBF16:
+      return store(small_writer<16, 7, 127>(kFormatBF16, 0x1.fep127, ov));
+    case DType::kF16:
+      return store(small_writer<16, 10, 15>(kFormatF16, 65504.0, ov));
+    case DType::kF8E4M3FN:
+      return store(small_writer<8, 3, 7>(kFormatE4M3FN, 448.0, ov));
+    case DType::kF8E4M3FNUZ:
+      return store(small_writer<8, 3, 8>(kFormatE4M3FNUZ, 240.0, ov));
+    case DType::kF8E5M2:
+      return store(small_writer<8, 2, 15>(kFormatE5M2, 57344.0, ov));
   }
 }
 
