@@ -233,26 +233,53 @@ TEST(Exchange, StorageChecksApplyToReturnedStorages) {
   EXPECT_EQ(b.passed, static_cast<std::int64_t>(kCases) - 4);
 }
 
+// parse_manifest of `text` as dir/manifest.json throws an ExchangeError saying `what` about that file.
+void expect_unusable(const std::string& text, const std::string& what) {
+  try {
+    parse_manifest(text, "dir/manifest.json");
+    ADD_FAILURE() << "parsed: " << text;
+  } catch (const ExchangeError& e) {
+    EXPECT_EQ(std::string(e.what()), "dir/manifest.json: " + what);
+  }
+}
+
 TEST(Exchange, UnusableManifestsThrowNamingTheFile) {
   const fs::path f = "dir/manifest.json";
-  const auto expect = [&](const std::string& text, const std::string& what) {
-    try {
-      parse_manifest(text, f);
-      ADD_FAILURE() << "parsed: " << text;
-    } catch (const ExchangeError& e) {
-      EXPECT_EQ(std::string(e.what()), "dir/manifest.json: " + what);
-    }
-  };
-  expect("{", "not a JSON object");
-  expect(R"({"format": "driftcheck.report", "format_version": 1})", "format is not driftcheck.exchange");
-  expect(R"({"format": "driftcheck.exchange", "format_version": 2, "cases": []})",
-         "format version 2 (this driftcheck reads 1)");
-  expect(R"({"format": "driftcheck.exchange", "format_version": 1, "cases": {}})",
-         "\"cases\" is missing or not an array");
+  expect_unusable("{", "not a JSON object");
+  expect_unusable(R"({"format": "driftcheck.report", "format_version": 1})",
+                  "format is not driftcheck.exchange");
+  expect_unusable(R"({"format": "driftcheck.exchange", "format_version": 2, "cases": []})",
+                  "format version 2 (this driftcheck reads 1)");
+  expect_unusable(R"({"format": "driftcheck.exchange", "format_version": 1, "cases": {}})",
+                  "\"cases\" is missing or not an array");
   const Manifest m =
       parse_manifest(R"({"format": "driftcheck.exchange", "format_version": 1, "cases": [7]})", f);
   ASSERT_EQ(m.errors.size(), 1u);
   EXPECT_EQ(m.errors.front(), "dir/manifest.json: case 0: not an object");
+}
+
+// libFuzzer run 2 (fuzz_exchange_manifest): a duplicate "format" whose last value is a number made
+// json::value throw nlohmann's type_error out of parse_manifest (std::terminate instead of exit 2). The crash
+// input, byte for byte, then fields of the wrong type or range: each one an ExchangeError or one error line
+// naming it.
+TEST(Exchange, ManifestFieldsOfTheWrongTypeAreNamedNeverThrownAsJsonErrors) {
+  const fs::path f = "dir/manifest.json";
+  expect_unusable(
+      R"({"cases":[{"case":{"in_dtype":"fp16","base_ofeed":4440503804641499250}}],"command":"driftchecj expor2 --trueseed 1","format":"driftcheck.exch\nge","format_versiommand":"driftchecj expor2 --trueseed 1","format":2,"tool_version":"0.1.0"})",
+      "format is not driftcheck.exchange");
+  expect_unusable(R"({"format": "driftcheck.exchange", "format_version": "1", "cases": []})",
+                  "format version \"1\" (this driftcheck reads 1)");
+  expect_unusable(R"({"format": "driftcheck.exchange", "format_version": 1e300, "cases": []})",
+                  "format version 1e+300 (this driftcheck reads 1)");
+  const Manifest m = parse_manifest(
+      R"({"format": "driftcheck.exchange", "format_version": 1, "cases": [{"id": "a", "seed": "1"}, )"
+      R"({"id": "b", "seed": 1, "index": 1.5}, {"id": 3}]})",
+      f);
+  EXPECT_EQ(m.errors,
+            (std::vector<std::string>{
+                "dir/manifest.json: case 0: field 'seed': expected a non-negative integer, got string",
+                "dir/manifest.json: case 1: field 'index': expected a non-negative integer, got number",
+                "dir/manifest.json: case 2: field 'id': expected a string, got number"}));
 }
 
 TEST(Exchange, ExportRefusesADirectoryWithAnExport) {

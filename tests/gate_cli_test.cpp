@@ -91,6 +91,10 @@ TEST(GateCli, BadInputIsExitTwoWithOneLineNamingTheFile) {
   spit(d / "corpus/CORPUS.json", R"({"format": "driftcheck.corpus", "format_version": 0})");
   spit(d / "corpus.toml", config("corpus = \"corpus\""));
   expect_bad("gate --config " + (d / "corpus.toml").string() + out, "bad corpus", "format version 0");
+  spit(d / "corpus/CORPUS.json",
+       R"({"format": 5, "format_version": 1})");  // was nlohmann's type_error, exit 3
+  expect_bad("gate --config " + (d / "corpus.toml").string() + out, "bad corpus",
+             "format is not driftcheck.corpus");
   const std::string run_dir = " --out " + (d / "out").string();
   expect_bad("baseline update --config " + (d / "good.toml").string() + run_dir + " --allow-loosen", "error",
              "--allow-loosen needs --reason");
@@ -346,6 +350,20 @@ TEST(GoldenCli, ShaMismatchIsBadInputAndAMovedReferenceSaysExactlyHowItMoved) {
   r = driftcheck_plain("golden verify --dir " + d.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("format version 2 (this driftcheck reads 1)"), std::string::npos) << r.err;
+  // A field of the wrong type let nlohmann's type_error out of the reader (exit 3), a float where an integer
+  // goes was converted without a range check (undefined behaviour): exit 2 naming the field.
+  meta["format_version"] = "1";
+  spit(d / "dual_h4096_bf16.json", meta.dump(2));
+  r = driftcheck_plain("golden verify --dir " + d.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("format version \"1\" (this driftcheck reads 1)"), std::string::npos) << r.err;
+  meta["format_version"] = 1;
+  meta["tensors"]["ref.out"]["shape"] = json::array({1e300});
+  spit(d / "dual_h4096_bf16.json", meta.dump(2));
+  r = driftcheck_plain("golden verify --dir " + d.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("field 'tensors.ref.out.shape': expected an integer, got number"), std::string::npos)
+      << r.err;
 }
 
 // examples/gate: a gate on a kernel outside driftcheck (the NumPy RMSNorm worker) passes with its committed

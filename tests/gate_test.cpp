@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <random>
 
@@ -19,6 +20,7 @@
 #include "driftcheck/fuzz/input_error.hpp"
 #include "driftcheck/reports/drift.hpp"
 #include "driftcheck/reports/gate_report.hpp"
+#include "driftcheck/reports/json_fields.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -78,6 +80,45 @@ TEST(DriftStats, MergeInIndexOrderEqualsAddingEveryCaseAndSurvivesJson) {
   EXPECT_EQ(all.worst_case, 31u);
   EXPECT_EQ(reports::to_json(reports::drift_stats_from_json(a)), a);
   EXPECT_LE(all.p99_ratio(), all.worst_ratio);
+}
+
+// The drift statistics of a journal's checkpoint, a gate run or a report: a count that is a float beyond
+// int64 was undefined behaviour (a float converted to an integer type out of range), 2.5 was read as 2.
+TEST(DriftStats, CountsOfTheWrongKindAreFieldErrors) {
+  DriftStats s;
+  s.add(0, "beyond_tolerance", 2.0, 0.5, 0.25);
+  const nlohmann::json good = reports::to_json(s);
+  const auto expect_error = [&](const std::function<void(nlohmann::json&)>& edit,
+                                const std::string& message) {
+    nlohmann::json j = good;
+    edit(j);
+    try {
+      reports::drift_stats_from_json(j);
+      ADD_FAILURE() << j.dump();
+    } catch (const reports::FieldError& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  };
+  using J = nlohmann::json;
+  expect_error([](J& j) { j["cases"] = 4.44e68; }, "field 'cases': expected an integer, got number");
+  expect_error([](J& j) { j["passed"] = 2.5; }, "field 'passed': expected an integer, got number");
+  expect_error([](J& j) { j["worst_case"] = -1; },
+               "field 'worst_case': expected a non-negative integer, got number");
+  expect_error([](J& j) { j["failures"]["beyond_tolerance"]["cases"] = "1"; },
+               "field 'failures.beyond_tolerance.cases': expected an integer, got string");
+  expect_error(
+      [](J& j) {
+        j["ratio_histogram"]["bins"] = {{1e30, 1}};
+      },
+      "field 'ratio_histogram.bins': expected an integer, got number");
+  expect_error(
+      [](J& j) {
+        j["ratio_histogram"]["bins"] = {{4294967296, 1}};
+      },
+      "field 'ratio_histogram.bins': bin 4294967296 is too large");
+  expect_error([](J& j) { j["ratio_histogram"]["bins"] = {7}; },
+               "field 'ratio_histogram.bins': expected [bin, count] pairs");
+  expect_error([](J& j) { j.erase("max_share_beyond"); }, "field 'max_share_beyond': missing");
 }
 
 // --- config
@@ -226,38 +267,77 @@ TEST(Baseline, RoundTripsThroughItsFile) {
   EXPECT_EQ(b.stream, sample_baseline().stream);
 }
 
+// parse_baseline of `text` as b.json is one InputError naming that file and mentioning `mentions`.
+void expect_bad_baseline(const std::string& text, const std::string& mentions) {
+  try {
+    parse_baseline(text, "b.json");
+    ADD_FAILURE() << text;
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.kind(), "baseline");
+    EXPECT_TRUE(std::string(e.what()).starts_with("b.json: ")) << e.what();
+    EXPECT_NE(std::string(e.what()).find(mentions), std::string::npos) << e.what();
+  }
+}
+
 TEST(Baseline, BadFilesAreOneLineErrorsNamingTheFile) {
-  const auto bad = [](const std::string& text, const std::string& mentions) {
-    try {
-      parse_baseline(text, "b.json");
-      ADD_FAILURE() << text;
-    } catch (const InputError& e) {
-      EXPECT_EQ(e.kind(), "baseline");
-      EXPECT_TRUE(std::string(e.what()).starts_with("b.json: ")) << e.what();
-      EXPECT_NE(std::string(e.what()).find(mentions), std::string::npos) << e.what();
-    }
-  };
-  bad("{", "not a JSON object");
-  bad("[]", "not a JSON object");
-  bad(R"({"format": "driftcheck.report", "format_version": 1})", "format is not driftcheck.baseline");
-  bad(R"({"format": "driftcheck.baseline", "format_version": 2})",
-      "format version 2 (this driftcheck reads 1)");
-  bad(R"({"format": "driftcheck.baseline", "format_version": 1})", "stream");
+  expect_bad_baseline("{", "not a JSON object");
+  expect_bad_baseline("[]", "not a JSON object");
+  expect_bad_baseline(R"({"format": "driftcheck.report", "format_version": 1})",
+                      "format is not driftcheck.baseline");
+  expect_bad_baseline(R"({"format": "driftcheck.baseline", "format_version": 2})",
+                      "format version 2 (this driftcheck reads 1)");
+  expect_bad_baseline(R"({"format": "driftcheck.baseline", "format_version": 1})", "stream");
   const std::string head =
       R"({"format": "driftcheck.baseline", "format_version": 1, "stream": "s", "history": [], )";
   const std::string e = R"({"backend": "a", "op": "rmsnorm", "format": "bf16", "cases": 1, "failures": {}, )";
-  bad(head + R"("entries": [)" + e +
+  expect_bad_baseline(
+      head + R"("entries": [)" + e +
           R"("worst_ratio": -1, "p99_ratio": 0, "mean_signed_ulps": 0, "max_share_beyond": 0}]})",
-      "ratio -1 is not >= 0");
-  bad(head + R"("entries": [)" + e +
+      "field 'entries[0].worst_ratio': -1 is not >= 0");
+  expect_bad_baseline(
+      head + R"("entries": [)" + e +
           R"("worst_ratio": "many", "p99_ratio": 0, "mean_signed_ulps": 0, "max_share_beyond": 0}]})",
-      "'many' is not a number");
-  bad(head + R"("entries": [)" + e +
+      "field 'entries[0].worst_ratio': expected a number");
+  expect_bad_baseline(
+      head + R"("entries": [)" + e +
           R"("worst_ratio": 0, "p99_ratio": 0, "mean_signed_ulps": 0, "max_share_beyond": 2}]})",
-      "max_share_beyond 2 is not in [0, 1]");
+      "field 'entries[0].max_share_beyond': 2 is not in [0, 1]");
   const std::string ok =
       e + R"("worst_ratio": 0, "p99_ratio": 0, "mean_signed_ulps": 0, "max_share_beyond": 0})";
-  bad(head + R"("entries": [)" + ok + "," + ok + "]}", "two entries for a rmsnorm bf16");
+  expect_bad_baseline(head + R"("entries": [)" + ok + "," + ok + "]}", "two entries for a rmsnorm bf16");
+}
+
+// A count that is a float (libFuzzer run 2: "cases": 4.44e68, beyond int64, parsed as a double) was converted
+// to an integer without a range check: undefined behaviour (UBSan), and 2.5 was read as 2. Every field is
+// read with its type and range checked, the error naming it.
+TEST(Baseline, ValuesOfTheWrongKindAreRejectedNamingTheField) {
+  const std::string head =
+      R"({"format": "driftcheck.baseline", "format_version": 1, "stream": "s", "history": [], "entries": [{)"
+      R"("backend": "a", "op": "rmsnorm", "format": "bf16", "worst_ratio": 0, "p99_ratio": 0, )"
+      R"("mean_signed_ulps": 0, "max_share_beyond": 0, )";
+  expect_bad_baseline(
+      head +
+          R"("failures": {}, "cases": 444444444444444444444444444444444444444444444444444444444444444444444}]})",
+      "field 'entries[0].cases': expected an integer, got number");
+  expect_bad_baseline(head + R"("failures": {}, "cases": 2.5}]})",
+                      "field 'entries[0].cases': expected an integer, got number");
+  expect_bad_baseline(head + R"("failures": {}, "cases": -1}]})",
+                      "field 'entries[0].cases': -1 is below the minimum 0");
+  expect_bad_baseline(head + R"("failures": {"nan_output": 1e30}, "cases": 1}]})",
+                      "field 'entries[0].failures.nan_output': expected an integer, got number");
+  expect_bad_baseline(head + R"("failures": [], "cases": 1}]})",
+                      "field 'entries[0].failures': expected an object, got array");
+  expect_bad_baseline(head + R"("failures": {}, "cases": 1, "backend": 7}]})",
+                      "field 'entries[0].backend': expected a string, got number");
+  const std::string ok =
+      R"({"format": "driftcheck.baseline", "format_version": 1, "stream": "s", "entries": [], )";
+  expect_bad_baseline(ok + R"("history": [{"date": "d", "action": "create", "reason": "", "changes": [1]}]})",
+                      "field 'history[0].changes': expected a string, got number");
+  expect_bad_baseline(ok + R"("history": [{"date": "d", "action": 2, "reason": "", "changes": []}]})",
+                      "field 'history[0].action': expected a string, got number");
+  // A duplicate key keeps its last value, which is checked like any other.
+  expect_bad_baseline(ok + R"("history": [], "format": 2})", "format is not driftcheck.baseline");
+  expect_bad_baseline(R"({"format": "driftcheck.baseline", "format_version": "1"})", "format version \"1\"");
 }
 
 double severity_of(const std::vector<reports::BaselineChange>& v, const std::string& backend,

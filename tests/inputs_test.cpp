@@ -146,6 +146,21 @@ TEST(Journal, BadFieldsAreExitTwoNamingFileLineAndField) {
        "stats.backends.mutant.concat.halves_swapped.run"},
       {"unknown_type", R"("type":"bundle")", [](json& j) { j["type"] = "bundel"; }, "unknown record type"},
       {"header", R"("type":"header")", [](json& j) { j["args"]["seed"] = "one"; }, "args.seed"},
+      // A count beyond int64 is parsed as a double: converting it to an integer was undefined behaviour.
+      {"drift_count", R"("type":"progress")",
+       [](json& j) {
+         for (auto& [name, b] : j["stats"]["backends"].items())
+           if (b.contains("drift") && !b["drift"].empty()) {
+             b["drift"].begin().value()["cases"] = 4.44e68;
+             return;
+           }
+         FAIL() << "no backend with drift statistics";
+       },
+       "cases': expected an integer, got number"},
+      // merge reads these; they were never checked.
+      {"end", R"("type":"end")", [](json& j) { j["exit_code"] = "1"; }, "exit_code"},
+      {"header_lists", R"("type":"header")", [](json& j) { j["unavailable"] = json::array({1}); },
+       "header: field 'unavailable'"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

@@ -80,12 +80,8 @@ std::string slurp(const std::filesystem::path& path) {
 nlohmann::json parse_format(std::string_view text, const std::string& name, std::string_view format) {
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) throw BundleError(fmt::format("{}: not a JSON object", name));
-  const auto f = j.find("format");
-  if (f == j.end() || *f != format) throw BundleError(fmt::format("{}: format is not {}", name, format));
-  const auto v = j.find("format_version");
-  if (v == j.end() || !v->is_number_integer() || *v != kBundleFormatVersion)
-    throw BundleError(fmt::format("{}: format version {} (this driftcheck reads {})", name,
-                                  v == j.end() ? "missing" : v->dump(), kBundleFormatVersion));
+  if (const std::string problem = format_problem(j, format, kBundleFormatVersion); !problem.empty())
+    throw BundleError(fmt::format("{}: {}", name, problem));
   return j;
 }
 

@@ -55,12 +55,6 @@ Evaluation evaluation_from(const json& j) {
   return e;
 }
 
-std::vector<std::string> strings_field(const json& obj, std::string_view key) {
-  std::vector<std::string> out;
-  for (const auto& v : array_field(obj, key)) out.push_back(string_value(v, key));
-  return out;
-}
-
 }  // namespace
 
 void Findings::load(const json& r) {

@@ -79,6 +79,9 @@ void apply_header(const json& header, CampaignOptions& opts, const std::string& 
         if (!json_field(a, "cases").is_null()) opts.cases = u64_field(a, "cases");
       }
     });
+    // What the campaign selected, for merge: lists of names, absent in journals older than merge.
+    for (const char* key : {"backends", "unavailable", "selection_errors"})
+      if (header.contains(key)) (void)strings_field(header, key);
   } catch (const FieldError& e) {
     throw JournalError(fmt::format("{}:1: header: {}", name, e.what()));
   }
@@ -103,7 +106,11 @@ Checkpoint load_journal(const JournalContents& contents, const std::string& name
         c.stats = within_field("stats", [&] { return Stats::from_json(object_field(r, "stats")); });
       } else if (type == "finding" || type == "bundle" || type == "group") {
         findings.load(r);
-      } else if (type != "end") {
+      } else if (type == "end") {
+        (void)u64_field(r, "completed");
+        if (const auto code = int_field(r, "exit_code", 0); code > 3)
+          throw FieldError("exit_code", fmt::format("{} is not an exit code (0-3)", code));
+      } else {
         throw FieldError("type", fmt::format("unknown record type '{}'", type));
       }
     } catch (const FieldError& e) {

@@ -12,6 +12,7 @@
 #include "campaign_report.hpp"
 #include "campaign_stats.hpp"
 #include "driftcheck/fuzz/journal.hpp"
+#include "driftcheck/fuzz/json_fields.hpp"
 #include "driftcheck/fuzz/merge.hpp"
 
 namespace driftcheck::fuzz {
@@ -72,7 +73,7 @@ ShardRun read_shard(const fs::path& dir) {
         fmt::format("shard {} in {} has not finished (its journal has no end record): let it "
                     "finish, or resume it with driftcheck fuzz --resume --shard {}",
                     r.opts.shard.name(), dir.string(), r.opts.shard.name()));
-  r.exit_code = end->value("exit_code", 0);
+  r.exit_code = static_cast<int>(int_field(*end, "exit_code"));  // load_journal checked it is 0-3
   return r;
 }
 
@@ -111,17 +112,21 @@ void check_shards(const std::vector<ShardRun>& shards) {
 Selection recorded_selection(const ShardRun& s, const Registry& reg) {
   Selection sel;
   sel.ops = s.opts.ops;
-  for (const auto& name : s.header.value("backends", json::array())) {
-    const Backend* b = reg.find(name.get<std::string>());
+  // apply_header checked that these are lists of strings where present.
+  const auto names = [&](const char* key) {
+    return s.header.contains(key) ? strings_field(s.header, key) : std::vector<std::string>{};
+  };
+  for (const std::string& name : names("backends")) {
+    const Backend* b = reg.find(name);
     if (b == nullptr)
       throw UsageError(
           fmt::format("backend {} of the shards is not known here: pass merge the --backends "
                       "files and --plugin libraries the shards were given",
-                      name.get<std::string>()));
+                      name));
     sel.backends.push_back(b);
   }
-  sel.unavailable = s.header.value("unavailable", std::vector<std::string>{});
-  sel.errors = s.header.value("selection_errors", std::vector<std::string>{});
+  sel.unavailable = names("unavailable");
+  sel.errors = names("selection_errors");
   return sel;
 }
 

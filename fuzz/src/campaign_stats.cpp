@@ -127,16 +127,11 @@ BackendStats BackendStats::from_json(const json& j) {
   if (j.contains("known")) s.known = counts_from(j, "known");
   s.worst_ratio = number_field(j, "worst_ratio"), s.worst_case = u64_field(j, "worst_case");
   s.seconds = number_field(j, "seconds");
-  // Journals written before drift statistics existed resume with none for their cases. The drift reader
-  // (reports/drift.hpp) throws json or invalid_argument errors: named as the field here.
+  // Journals written before drift statistics existed resume with none for their cases.
   if (j.contains("drift"))
-    for (const auto& item : object_field(j, "drift").items()) {
-      try {
-        s.drift[item.key()] = reports::drift_stats_from_json(item.value());
-      } catch (const std::exception& e) {
-        throw FieldError("drift." + item.key(), e.what());
-      }
-    }
+    for (const auto& item : object_field(j, "drift").items())
+      s.drift[item.key()] =
+          within_field("drift." + item.key(), [&] { return reports::drift_stats_from_json(item.value()); });
   if (j.contains("stat_classes"))  // journals written before the statistical tier have none
     for (const auto& item : object_field(j, "stat_classes").items()) {
       const std::string name = "stat_classes." + item.key();

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "driftcheck/fuzz/input_error.hpp"
+#include "driftcheck/fuzz/json_fields.hpp"
 #include "driftcheck/fuzz/sha256.hpp"
 #include "driftcheck/reports/report.hpp"
 
@@ -34,11 +35,10 @@ std::string slurp(const fs::path& path) {
 void check_marker(const fs::path& corpus) {
   const fs::path marker = corpus / kMarker;
   const auto j = nlohmann::json::parse(slurp(marker), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kCorpusFormatName)
-    fail(marker, fmt::format("not a {} marker", kCorpusFormatName));
-  if (j.value("format_version", 0) != kCorpusFormatVersion)
-    fail(marker, fmt::format("format version {} (this driftcheck reads {})", j.value("format_version", 0),
-                             kCorpusFormatVersion));
+  if (j.is_discarded() || !j.is_object()) fail(marker, fmt::format("not a {} marker", kCorpusFormatName));
+  if (const std::string problem = format_problem(j, kCorpusFormatName, kCorpusFormatVersion);
+      !problem.empty())
+    fail(marker, problem);
 }
 
 void create_or_check(const fs::path& corpus) {

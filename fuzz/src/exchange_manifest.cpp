@@ -10,6 +10,7 @@
 #include "driftcheck/external/protocol.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/exchange.hpp"
+#include "driftcheck/fuzz/json_fields.hpp"
 #include "driftcheck/io/safetensors.hpp"
 #include "exchange_files.hpp"
 
@@ -33,23 +34,14 @@ std::string text_of(const std::filesystem::path& path) {
   return ss.str();
 }
 
-template <class T>
-T field(const json& j, const char* key, bool (json::*is)() const noexcept, std::string_view what) {
-  const auto it = j.find(key);
-  if (it == j.end() || !((*it).*is)())
-    throw ExchangeError(fmt::format("\"{}\" is missing or not {}", key, what));
-  return it->get<T>();
-}
-
 // Storage names and, for each storage, a tensor that views it (the first in name order).
 void read_storages(const json& case_object, ManifestCase& mc) {
-  const json& storages = case_object.at("storages");
-  const json& tensors = case_object.at("tensors");
-  if (!storages.is_array() || !tensors.is_object())
-    throw ExchangeError("case: storages or tensors malformed");
+  const json& storages = array_field(case_object, "storages");
+  const json& tensors = object_field(case_object, "tensors");
   std::set<std::string> seen;
   for (const json& s : storages) {
-    const std::string name = s.is_object() ? s.value("name", "") : "";
+    const std::string name = within_field(fmt::format("storages[{}]", mc.storage_names.size()),
+                                          [&] { return string_field(s, "name"); });
     if (name.empty() || name.starts_with(kReferencePrefix) || !seen.insert(name).second)
       throw ExchangeError(
           fmt::format("storage {}: \"name\" is missing, reserved or repeated", mc.storage_names.size()));
@@ -70,25 +62,22 @@ void read_storages(const json& case_object, ManifestCase& mc) {
 ManifestCase parse_entry(const json& e) {
   if (!e.is_object()) throw ExchangeError("not an object");
   ManifestCase mc;
-  mc.id = field<std::string>(e, "id", &json::is_string, "a string");
+  mc.id = string_field(e, "id");
   if (!valid_id(mc.id)) throw ExchangeError(fmt::format("id \"{}\" is not [A-Za-z0-9_-]{{1,64}}", mc.id));
-  mc.seed = field<std::uint64_t>(e, "seed", &json::is_number_unsigned, "a non-negative integer");
-  mc.index = field<std::uint64_t>(e, "index", &json::is_number_unsigned, "a non-negative integer");
+  mc.seed = u64_field(e, "seed"), mc.index = u64_field(e, "index");
   try {
-    mc.spec = e.at("spec").get<CaseSpec>();
+    mc.spec = json_field(e, "spec").get<CaseSpec>();
   } catch (const std::exception& ex) {
     throw ExchangeError(fmt::format("spec: {}", ex.what()));
   }
   mc.op = mc.spec.op;
   mc.shape_class = shape_class(mc.spec);
-  mc.case_object = e.value("case", json());
-  if (!mc.case_object.is_object()) throw ExchangeError("\"case\" is missing or not an object");
-  if (mc.case_object.value("op", "") != op_name(mc.op))
-    throw ExchangeError(fmt::format("case op \"{}\" disagrees with the spec's {}",
-                                    mc.case_object.value("op", ""), op_name(mc.op)));
-  if (!mc.case_object.contains("storages") || !mc.case_object.contains("tensors"))
-    throw ExchangeError("case has no storages or tensors");
-  read_storages(mc.case_object, mc);
+  mc.case_object = object_field(e, "case");
+  within_field("case", [&] {
+    if (const std::string op = string_field(mc.case_object, "op"); op != op_name(mc.op))
+      throw ExchangeError(fmt::format("case op \"{}\" disagrees with the spec's {}", op, op_name(mc.op)));
+    read_storages(mc.case_object, mc);
+  });
   return mc;
 }
 
@@ -147,10 +136,9 @@ Manifest parse_manifest(std::string_view text, const std::filesystem::path& file
   };
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) fail("not a JSON object");
-  if (j.value("format", "") != kExchangeFormat) fail(fmt::format("format is not {}", kExchangeFormat));
-  if (j.value("format_version", 0) != kExchangeFormatVersion)
-    fail(fmt::format("format version {} (this driftcheck reads {})", j.value("format_version", json()).dump(),
-                     kExchangeFormatVersion));
+  if (const std::string problem = format_problem(j, kExchangeFormat, kExchangeFormatVersion);
+      !problem.empty())
+    fail(problem);
   const auto cases = j.find("cases");
   if (cases == j.end() || !cases->is_array()) fail("\"cases\" is missing or not an array");
   Manifest m;
@@ -163,7 +151,7 @@ Manifest parse_manifest(std::string_view text, const std::filesystem::path& file
       if (!ids.insert(mc.id).second) throw ExchangeError(fmt::format("id \"{}\" appears twice", mc.id));
       if (std::find(m.ops.begin(), m.ops.end(), mc.op) == m.ops.end()) m.ops.push_back(mc.op);
       m.cases.push_back(std::move(mc));
-    } catch (const std::exception& e) {  // ExchangeError, or a json type error inside an entry
+    } catch (const std::exception& e) {  // ExchangeError, FieldError, or the spec's InvalidArgument
       m.errors.push_back(one_line(fmt::format("{}: case {}: {}", file.string(), i, e.what())));
     }
   }

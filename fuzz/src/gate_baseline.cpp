@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "driftcheck/fuzz/input_error.hpp"
+#include "driftcheck/fuzz/json_fields.hpp"
 #include "driftcheck/reports/report.hpp"
 
 namespace driftcheck::fuzz {
@@ -23,7 +24,6 @@ namespace {
 
 using nlohmann::json;
 using reports::BaselineChange;
-using reports::number_from_json;
 using reports::number_json;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -44,32 +44,32 @@ nlohmann::ordered_json entry_json(const BaselineEntry& e) {
           {"max_share_beyond", e.max_share_beyond}};
 }
 
-// The reader is fuzzed: every value is checked for type and range, never trusted.
-std::int64_t count_from(const json& j) {
-  const auto n = j.get<std::int64_t>();
-  if (n < 0) throw std::invalid_argument(fmt::format("negative count {}", n));
-  return n;
-}
-
-double ratio_from(const json& j) {
-  const double v = number_from_json(j);
-  if (!(v >= 0)) throw std::invalid_argument(fmt::format("ratio {} is not >= 0", v));
+// The reader is fuzzed: every value is read through json_fields (type and range checked), never trusted.
+double ratio_field(const json& j, std::string_view key) {
+  const double v = number_field(j, key);
+  if (!(v >= 0)) throw FieldError(std::string(key), fmt::format("{} is not >= 0", v));
   return v;
 }
 
 BaselineEntry entry_from(const json& j) {
   BaselineEntry e;
-  e.backend = j.at("backend").get<std::string>(), e.op = j.at("op").get<std::string>();
-  e.format = j.at("format").get<std::string>();
-  e.cases = count_from(j.at("cases"));
-  for (const auto& [v, n] : j.at("failures").items()) e.failures[v] = count_from(n);
-  e.worst_ratio = ratio_from(j.at("worst_ratio")), e.p99_ratio = ratio_from(j.at("p99_ratio"));
-  e.mean_signed_ulps = number_from_json(j.at("mean_signed_ulps"));
-  if (std::isnan(e.mean_signed_ulps)) throw std::invalid_argument("mean_signed_ulps is nan");
-  e.max_share_beyond = j.at("max_share_beyond").get<double>();
+  e.backend = string_field(j, "backend"), e.op = string_field(j, "op"), e.format = string_field(j, "format");
+  e.cases = int_field(j, "cases", 0);
+  for (const auto& item : object_field(j, "failures").items())
+    e.failures[item.key()] = within_field("failures", [&] { return int_value(item.value(), item.key(), 0); });
+  e.worst_ratio = ratio_field(j, "worst_ratio"), e.p99_ratio = ratio_field(j, "p99_ratio");
+  e.mean_signed_ulps = number_field(j, "mean_signed_ulps");
+  if (std::isnan(e.mean_signed_ulps)) throw FieldError("mean_signed_ulps", "nan");
+  e.max_share_beyond = number_field(j, "max_share_beyond");
   if (!(e.max_share_beyond >= 0 && e.max_share_beyond <= 1))
-    throw std::invalid_argument(fmt::format("max_share_beyond {} is not in [0, 1]", e.max_share_beyond));
+    throw FieldError("max_share_beyond", fmt::format("{} is not in [0, 1]", e.max_share_beyond));
   return e;
+}
+
+BaselineEvent event_from(const json& h) {
+  BaselineEvent ev{string_field(h, "date"), string_field(h, "action"), string_field(h, "reason"), {}};
+  for (const auto& line : array_field(h, "changes")) ev.changes.push_back(string_value(line, "changes"));
+  return ev;
 }
 
 std::string slurp(const std::filesystem::path& path) {
@@ -170,28 +170,26 @@ Baseline parse_baseline(std::string_view text, const std::filesystem::path& name
     throw InputError("baseline", fmt::format("{}: {}", name.string(), why));
   };
   if (j.is_discarded() || !j.is_object()) fail("not a JSON object");
-  if (!j.contains("format") || j["format"] != kBaselineFormatName)
-    fail(fmt::format("format is not {}", kBaselineFormatName));
-  if (!j.contains("format_version") || j["format_version"] != kBaselineFormatVersion)
-    fail(fmt::format("format version {} (this driftcheck reads {})",
-                     j.value("format_version", json(nullptr)).dump(), kBaselineFormatVersion));
+  if (const std::string problem = format_problem(j, kBaselineFormatName, kBaselineFormatVersion);
+      !problem.empty())
+    fail(problem);
   Baseline b;
   try {
-    b.stream = j.at("stream").get<std::string>();
-    for (const auto& e : j.at("entries")) {
-      b.entries.push_back(entry_from(e));
+    b.stream = string_field(j, "stream");
+    const json& entries = array_field(j, "entries");
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      b.entries.push_back(
+          within_field(fmt::format("entries[{}]", i), [&] { return entry_from(entries[i]); }));
       if (std::count_if(b.entries.begin(), b.entries.end(),
                         [&](const auto& x) { return key_of(x) == key_of(b.entries.back()); }) > 1)
         fail(fmt::format("two entries for {} {} {}", b.entries.back().backend, b.entries.back().op,
                          b.entries.back().format));
     }
-    for (const auto& h : j.at("history"))
-      b.history.push_back({h.at("date").get<std::string>(), h.at("action").get<std::string>(),
-                           h.at("reason").get<std::string>(),
-                           h.at("changes").get<std::vector<std::string>>()});
-  } catch (const json::exception& e) {
-    fail(e.what());
-  } catch (const std::invalid_argument& e) {
+    const json& history = array_field(j, "history");
+    for (std::size_t i = 0; i < history.size(); ++i)
+      b.history.push_back(
+          within_field(fmt::format("history[{}]", i), [&] { return event_from(history[i]); }));
+  } catch (const FieldError& e) {
     fail(e.what());
   }
   sort_entries(b.entries);

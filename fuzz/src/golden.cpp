@@ -5,12 +5,14 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "driftcheck/fuzz/input_error.hpp"
+#include "driftcheck/fuzz/json_fields.hpp"
 #include "driftcheck/fuzz/sha256.hpp"
 #include "driftcheck/io/safetensors.hpp"
 #include "driftcheck/reports/report.hpp"
@@ -93,31 +95,34 @@ Written render(const GoldenDefinition& d) {
 json read_metadata(const fs::path& file) {
   const json j = json::parse(slurp(file), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) fail(file, "not a JSON object");
-  if (j.value("format", "") != kGoldenFormatName)
-    fail(file, fmt::format("format is not {}", kGoldenFormatName));
-  if (j.value("format_version", 0) != kGoldenFormatVersion)
-    fail(file, fmt::format("format version {} (this driftcheck reads {})", j.value("format_version", 0),
-                           kGoldenFormatVersion));
+  if (const std::string problem = format_problem(j, kGoldenFormatName, kGoldenFormatVersion);
+      !problem.empty())
+    fail(file, problem);
   return j;
 }
 
 // Every tensor of the file as the metadata describes it, and nothing else.
 void check_tensors(const fs::path& meta, const fs::path& file, const json& listed,
                    const io::Safetensors& st) {
-  for (const auto& [name, e] : listed.items()) {
+  for (const auto& item : listed.items()) {
+    const std::string& name = item.key();
+    const json& e = item.value();
     const auto it = st.tensors.find(name);
     if (it == st.tensors.end())
       fail(file, fmt::format("tensor {} listed in {} is missing", name, meta.filename().string()));
     const io::StTensor& t = it->second;
-    if (e.at("dtype").get<std::string>() != dtype_name(t.data->dtype) ||
-        e.at("shape").get<Shape>() != t.shape)
+    const auto [dtype, shape, listed_sha] = within_field(fmt::format("tensors.{}", name), [&] {
+      Shape s;
+      for (const auto& d : array_field(e, "shape")) s.push_back(int_value(d, "shape", 0));
+      return std::tuple(string_field(e, "dtype"), s, string_field(e, "sha256"));
+    });
+    if (dtype != dtype_name(t.data->dtype) || shape != t.shape)
       fail(file, fmt::format("tensor {} is {}{} but {} says {}{}", name, dtype_name(t.data->dtype),
-                             json(t.shape).dump(), meta.filename().string(), e.at("dtype").get<std::string>(),
-                             e.at("shape").dump()));
+                             json(t.shape).dump(), meta.filename().string(), dtype, json(shape).dump()));
     const std::string sha = sha256_of(t);
-    if (sha != e.at("sha256").get<std::string>())
+    if (sha != listed_sha)
       fail(file, fmt::format("tensor {}: SHA-256 {} does not match {}'s {}", name, sha,
-                             meta.filename().string(), e.at("sha256").get<std::string>()));
+                             meta.filename().string(), listed_sha));
   }
   for (const auto& [name, t] : st.tensors)
     if (!listed.contains(name))
@@ -130,16 +135,16 @@ GoldenCase load_one(const fs::path& meta) {
   g.metadata = meta;
   fs::path file;
   try {
-    g.name = j.at("name"), g.description = j.at("description");
-    g.spec = j.at("spec").get<CaseSpec>();
-    file = meta.parent_path() / j.at("tensors_file").get<std::string>();
+    g.name = string_field(j, "name"), g.description = string_field(j, "description");
+    g.spec = json_field(j, "spec").get<CaseSpec>();
+    file = meta.parent_path() / string_field(j, "tensors_file");
     io::Safetensors st;
     try {
       st = io::read_safetensors(file);
     } catch (const io::SafetensorsError& e) {
       throw InputError("golden", e.what());
     }
-    check_tensors(meta, file, j.at("tensors"), st);
+    check_tensors(meta, file, object_field(j, "tensors"), st);
     g.pristine = materialize(g.spec);
     for (const auto& name : op_signature(g.pristine).inputs) {
       const auto it = st.tensors.find(name);
@@ -154,7 +159,7 @@ GoldenCase load_one(const fs::path& meta) {
     for (const auto& [name, t] : st.tensors)
       if (name.starts_with(kRefPrefix)) g.reference[name.substr(kRefPrefix.size())] = t.view();
     validate(g.pristine);
-  } catch (const json::exception& e) {
+  } catch (const FieldError& e) {
     fail(meta, e.what());
   } catch (const InvalidArgument& e) {
     fail(meta, e.what());

@@ -10,25 +10,19 @@
 
 #include <fmt/format.h>
 
+#include "driftcheck/fuzz/json_fields.hpp"
 #include "driftcheck/reports/file_io.hpp"
 #include "driftcheck/reports/json_text.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
 
-// A field's string, or "" when it is missing or not a string (json::value would throw a type_error).
-std::string string_field(const nlohmann::json& h, const char* key) {
-  const auto it = h.find(key);
-  return it != h.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
 void check_header(const nlohmann::json& h, const std::string& name) {
-  if (string_field(h, "type") != "header" || string_field(h, "format") != kJournalFormatName)
+  if (h.at("type") != "header")  // parse_journal checked that "type" is a string
     throw JournalError(fmt::format("{}:1: first line is not a driftcheck journal header", name));
-  const auto version = h.find("format_version");
-  if (version == h.end() || !version->is_number_integer() || *version != kJournalFormatVersion)
-    throw JournalError(fmt::format("{}:1: journal format version {} (this driftcheck reads {})", name,
-                                   version == h.end() ? "missing" : version->dump(), kJournalFormatVersion));
+  if (const std::string problem = format_problem(h, kJournalFormatName, kJournalFormatVersion);
+      !problem.empty())
+    throw JournalError(fmt::format("{}:1: journal {}", name, problem));
 }
 
 std::string slurp(const std::filesystem::path& path) {

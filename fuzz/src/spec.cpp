@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/fuzz/json_fields.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 #include "value_rng.hpp"
 
@@ -500,32 +501,10 @@ constexpr Distribution kAllDistributions[] = {Distribution::kNormal,       Distr
   throw InvalidArgument(fmt::format("case spec field '{}': {}", field, why));
 }
 
-const nlohmann::json& field(const nlohmann::json& j, const char* name) {
-  if (!j.is_object()) bad(name, "the spec is not a JSON object");
-  const auto it = j.find(name);
-  if (it == j.end()) bad(name, "missing");
-  return *it;
-}
-
-std::int64_t get_int(const nlohmann::json& j, const char* name, std::int64_t min_value) {
-  const auto& v = field(j, name);
-  if (!v.is_number_integer()) bad(name, "expected an integer");
-  const auto x = v.get<std::int64_t>();
-  if (x < min_value) bad(name, fmt::format("{} is below the minimum {}", x, min_value));
-  return x;
-}
-
-std::uint64_t get_u64(const nlohmann::json& j, const char* name) {
-  const auto& v = field(j, name);
-  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0))
-    bad(name, "expected a non-negative integer");
-  return v.get<std::uint64_t>();
-}
-
+// The spec's fields are read through the checked accessors (json_fields.hpp); from_json names the spec in
+// their FieldError.
 double get_double(const nlohmann::json& j, const char* name, double min_value) {
-  const auto& v = field(j, name);
-  if (!v.is_number()) bad(name, "expected a number");
-  const auto x = v.get<double>();
+  const double x = number_field(j, name);
   if (!std::isfinite(x) || x < min_value)
     bad(name, fmt::format("{} is not a finite number >= {}", x, min_value));
   return x;
@@ -535,30 +514,18 @@ double get_double(const nlohmann::json& j, const char* name, double min_value) {
 // means the layout those bundles were drawn with.
 std::int64_t get_int_or(const nlohmann::json& j, const char* name, std::int64_t min_value,
                         std::int64_t dflt) {
-  return j.is_object() && j.contains(name) ? get_int(j, name, min_value) : dflt;
-}
-
-bool get_bool(const nlohmann::json& j, const char* name) {
-  const auto& v = field(j, name);
-  if (!v.is_boolean()) bad(name, "expected true or false");
-  return v.get<bool>();
-}
-
-std::string get_string(const nlohmann::json& j, const char* name) {
-  const auto& v = field(j, name);
-  if (!v.is_string()) bad(name, "expected a string");
-  return v.get<std::string>();
+  return j.contains(name) ? int_field(j, name, min_value) : dflt;
 }
 
 DType get_dtype(const nlohmann::json& j, const char* name) {
   DType t{};
-  const auto s = get_string(j, name);
+  const auto s = string_field(j, name);
   if (!parse_dtype(s, &t) || !is_float(t)) bad(name, fmt::format("unknown float dtype '{}'", s));
   return t;
 }
 
 WeightMode get_weight_mode(const nlohmann::json& j) {
-  const auto s = get_string(j, "weight_mode");
+  const auto s = string_field(j, "weight_mode");
   if (s == "plain") return WeightMode::kPlain;
   if (s == "one_plus") return WeightMode::kOnePlus;
   bad("weight_mode", fmt::format("unknown weight mode '{}' (plain, one_plus)", s));
@@ -569,14 +536,8 @@ std::string_view weight_mode_name(WeightMode m) {
 }
 
 std::vector<std::int64_t> get_int_list(const nlohmann::json& j, const char* name, std::int64_t min_value) {
-  const auto& v = field(j, name);
-  if (!v.is_array()) bad(name, "expected an array of integers");
   std::vector<std::int64_t> out;
-  for (const auto& e : v) {
-    if (!e.is_number_integer() || e.get<std::int64_t>() < min_value)
-      bad(name, fmt::format("expected integers >= {}", min_value));
-    out.push_back(e.get<std::int64_t>());
-  }
+  for (const auto& e : array_field(j, name)) out.push_back(int_value(e, name, min_value));
   return out;
 }
 
@@ -610,24 +571,24 @@ nlohmann::json params_to_json(const OpParams& params) {
 OpParams params_from_json(OpKind op, const nlohmann::json& j) {
   switch (op) {
     case OpKind::kRmsNorm:
-      return RmsNormParams{get_double(j, "eps", 0.0), get_weight_mode(j), get_bool(j, "residual")};
+      return RmsNormParams{get_double(j, "eps", 0.0), get_weight_mode(j), bool_field(j, "residual")};
     case OpKind::kConcat:
       return ConcatParams{};
     case OpKind::kDualRmsNormCat:
       return DualRmsNormCatParams{get_double(j, "eps", 0.0), get_weight_mode(j)};
     case OpKind::kAttention: {
       AttentionParams p;
-      p.num_q_heads = get_int(j, "num_q_heads", 1);
-      p.num_kv_heads = get_int(j, "num_kv_heads", 1);
-      p.head_dim = get_int(j, "head_dim", 1);
-      p.block_size = get_int(j, "block_size", 1);
+      p.num_q_heads = int_field(j, "num_q_heads", 1);
+      p.num_kv_heads = int_field(j, "num_kv_heads", 1);
+      p.head_dim = int_field(j, "head_dim", 1);
+      p.block_size = int_field(j, "block_size", 1);
       p.scale = get_double(j, "scale", -std::numeric_limits<double>::max());
-      p.causal = get_bool(j, "causal");
-      p.window = get_int(j, "window", 0);
+      p.causal = bool_field(j, "causal");
+      p.window = int_field(j, "window", 0);
       p.softcap = get_double(j, "softcap", 0.0);
       p.k_scale = get_double(j, "k_scale", 0.0);
       p.v_scale = get_double(j, "v_scale", 0.0);
-      p.has_sinks = get_bool(j, "has_sinks");
+      p.has_sinks = bool_field(j, "has_sinks");
       return p;
     }
   }
@@ -700,30 +661,32 @@ void to_json(nlohmann::json& j, const CaseSpec& s) {
                      {"special", special_name(s.special)}};
 }
 
-void from_json(const nlohmann::json& j, CaseSpec& s) {
+namespace {
+
+CaseSpec spec_from_json(const nlohmann::json& j) {
   CaseSpec out;
-  const auto op = get_string(j, "op");
+  const auto op = string_field(j, "op");
   if (!parse_op(op, &out.op)) bad("op", fmt::format("unknown op '{}'", op));
-  out.params = params_from_json(out.op, field(j, "params"));
+  out.params = params_from_json(out.op, json_field(j, "params"));
   out.act_dtype = get_dtype(j, "act_dtype");
   out.kv_dtype = get_dtype(j, "kv_dtype");
-  out.rows = get_int(j, "rows", 1);
-  out.hidden = get_int(j, "hidden", 1);
-  out.hidden_b = get_int(j, "hidden_b", 1);
+  out.rows = int_field(j, "rows", 1);
+  out.hidden = int_field(j, "hidden", 1);
+  out.hidden_b = int_field(j, "hidden_b", 1);
   out.query_lens = get_int_list(j, "query_lens", 1);
   out.seq_lens = get_int_list(j, "seq_lens", 1);
   if (out.query_lens.size() != out.seq_lens.size()) bad("query_lens", "needs one entry per seq_lens entry");
   if (out.op == OpKind::kAttention && out.seq_lens.empty())
     bad("seq_lens", "attention needs at least one sequence");
-  out.spare_blocks = get_int(j, "spare_blocks", 0);
-  out.block_table_seed = get_u64(j, "block_table_seed");
+  out.spare_blocks = int_field(j, "spare_blocks", 0);
+  out.block_table_seed = u64_field(j, "block_table_seed");
   out.table_pad_cols = get_int_or(j, "table_pad_cols", 0, 0);
   out.table_rows_before = get_int_or(j, "table_rows_before", 0, 0);
   out.table_rows_after = get_int_or(j, "table_rows_after", 0, 0);
-  out.table_poison = j.contains("table_poison") && get_bool(j, "table_poison");
+  out.table_poison = j.contains("table_poison") && bool_field(j, "table_poison");
   out.q_token_pad = get_int_or(j, "q_token_pad", 0, 0);
   if (j.contains("kv_layout")) {
-    const auto layout = get_string(j, "kv_layout");
+    const auto layout = string_field(j, "kv_layout");
     const KvLayout all[] = {KvLayout::kSeparate, KvLayout::kBlockInterleaved, KvLayout::kStacked};
     const auto* l =
         std::find_if(std::begin(all), std::end(all), [&](KvLayout k) { return kv_layout_name(k) == layout; });
@@ -731,26 +694,36 @@ void from_json(const nlohmann::json& j, CaseSpec& s) {
       bad("kv_layout", fmt::format("unknown layout '{}' (separate, block_interleaved, stacked)", layout));
     out.kv_layout = *l;
   }
-  out.row_pad = get_int(j, "row_pad", 0);
-  out.base_offset = get_int(j, "base_offset", 0);
-  out.inplace_output = get_bool(j, "inplace_output");
+  out.row_pad = int_field(j, "row_pad", 0);
+  out.base_offset = int_field(j, "base_offset", 0);
+  out.inplace_output = bool_field(j, "inplace_output");
   // Added after the first bundles were written: absent means the original layout (y shares x's).
-  out.contiguous_output = j.contains("contiguous_output") && get_bool(j, "contiguous_output");
-  const auto dist = get_string(j, "distribution");
+  out.contiguous_output = j.contains("contiguous_output") && bool_field(j, "contiguous_output");
+  const auto dist = string_field(j, "distribution");
   const auto* it = std::find_if(std::begin(kAllDistributions), std::end(kAllDistributions),
                                 [&](Distribution d) { return distribution_name(d) == dist; });
   if (it == std::end(kAllDistributions)) bad("distribution", fmt::format("unknown distribution '{}'", dist));
   out.distribution = *it;
-  out.value_seed = get_u64(j, "value_seed");
+  out.value_seed = u64_field(j, "value_seed");
   // Added with special values: absent means none.
   if (j.contains("special")) {
-    const auto sp = get_string(j, "special");
+    const auto sp = string_field(j, "special");
     const auto* hit = std::find_if(std::begin(kAllSpecials), std::end(kAllSpecials),
                                    [&](Special x) { return special_name(x) == sp; });
     if (hit == std::end(kAllSpecials)) bad("special", fmt::format("unknown special '{}'", sp));
     out.special = *hit;
   }
-  s = std::move(out);
+  return out;
+}
+
+}  // namespace
+
+void from_json(const nlohmann::json& j, CaseSpec& s) {
+  try {
+    s = spec_from_json(j);
+  } catch (const FieldError& e) {
+    throw InvalidArgument(fmt::format("case spec {}", e.what()));
+  }
 }
 
 }  // namespace driftcheck::fuzz

@@ -4,7 +4,10 @@
 #include <limits>
 #include <stdexcept>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "driftcheck/reports/json_fields.hpp"
 
 namespace driftcheck::reports {
 
@@ -121,19 +124,28 @@ nlohmann::json to_json(const DriftStats& s) {
 
 DriftStats drift_stats_from_json(const nlohmann::json& j) {
   DriftStats s;
-  s.cases = j.at("cases").get<std::int64_t>();
-  s.passed = j.at("passed").get<std::int64_t>();
-  for (const auto& [v, c] : j.at("failures").items())
-    s.failures[v] = {c.at("cases").get<std::int64_t>(), c.at("first_case").get<std::uint64_t>()};
-  s.worst_ratio = number_from_json(j.at("worst_ratio"));
-  s.worst_case = j.at("worst_case").get<std::uint64_t>();
-  s.signed_ulps_sum = number_from_json(j.at("signed_ulps_sum"));
-  s.signed_ulps_cases = j.at("signed_ulps_cases").get<std::int64_t>();
-  s.max_share_beyond = j.at("max_share_beyond").get<double>();
-  const auto& h = j.at("ratio_histogram");
-  s.ratios.zeros = h.at("zeros").get<std::int64_t>();
-  s.ratios.nonfinite = h.at("nonfinite").get<std::int64_t>();
-  for (const auto& b : h.at("bins")) s.ratios.bins[b.at(0).get<int>()] = b.at(1).get<std::int64_t>();
+  s.cases = int_field(j, "cases", 0), s.passed = int_field(j, "passed", 0);
+  for (const auto& item : object_field(j, "failures").items()) {
+    const nlohmann::json& c = item.value();
+    s.failures[item.key()] = within_field("failures." + item.key(), [&] {
+      return VerdictCount{int_field(c, "cases", 0), u64_field(c, "first_case")};
+    });
+  }
+  s.worst_ratio = number_field(j, "worst_ratio"), s.worst_case = u64_field(j, "worst_case");
+  s.signed_ulps_sum = number_field(j, "signed_ulps_sum");
+  s.signed_ulps_cases = int_field(j, "signed_ulps_cases", 0);
+  s.max_share_beyond = number_field(j, "max_share_beyond");
+  within_field("ratio_histogram", [&] {
+    const auto& h = object_field(j, "ratio_histogram");
+    s.ratios.zeros = int_field(h, "zeros", 0), s.ratios.nonfinite = int_field(h, "nonfinite", 0);
+    for (const auto& b : array_field(h, "bins")) {
+      if (!b.is_array() || b.size() != 2) throw FieldError("bins", "expected [bin, count] pairs");
+      const auto bin = int_value(b[0], "bins", std::numeric_limits<int>::min());
+      if (bin > std::numeric_limits<int>::max())
+        throw FieldError("bins", fmt::format("bin {} is too large", bin));
+      s.ratios.bins[static_cast<int>(bin)] = int_value(b[1], "bins", 0);
+    }
+  });
   return s;
 }
 

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "json_fields.hpp"
+
 namespace driftcheck::external {
 namespace {
 
@@ -100,13 +102,14 @@ bool answer(WorkerServer& server, const Backend& b, const Frame& f) {
     case MessageType::kShutdown:
       return false;
     case MessageType::kSupports: {
-      const DecodedCase d = decode_case(f.payload.at("case"), {});
+      const DecodedCase d = decode_case(Fields(f.payload, "supports request").object("case"), {});
       server.reply(reply_type, f.seq, supports_reply_json(b.supports(d.c)));
       return true;
     }
     case MessageType::kRun: {
-      const auto arena = server.arena(f.payload.at("arena_size").get<std::uint64_t>());
-      DecodedCase d = decode_case(f.payload.at("case"), arena);
+      const Fields request(f.payload, "run request");
+      const auto arena = server.arena(request.unsigned_integer("arena_size"));
+      DecodedCase d = decode_case(request.object("case"), arena);
       if (!d.in_arena) throw ProtocolError("run request without arena offsets");
       try {
         b.run(d.c);

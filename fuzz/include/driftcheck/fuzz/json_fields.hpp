@@ -1,55 +1,24 @@
-// Typed reads of the fields of a JSON object from a file driftcheck wrote (journal records, case.json,
-// finding.json): a missing field, a wrong type or a bad value throws FieldError naming the field
-// ("field 'stats.backends.cpu.x.run': expected an integer, got string"); the file's reader turns it into its
-// own error naming the file (and line). Numbers accept the non-finite strings of reports/json_text.hpp.
+// The checked JSON accessors (reports/json_fields.hpp) under the names the campaign's readers use.
 #pragma once
 
-#include <cstdint>
-#include <limits>
-#include <stdexcept>
-#include <string>
-#include <string_view>
-
-#include <nlohmann/json.hpp>
+#include "driftcheck/reports/json_fields.hpp"
 
 namespace driftcheck::fuzz {
 
-class FieldError : public std::runtime_error {
- public:
-  FieldError(std::string field, std::string_view why);
-  const std::string& field() const { return field_; }
-  // The same error for the field seen from its enclosing object `outer` ("stats" + "checks" =
-  // "stats.checks").
-  FieldError within(std::string_view outer) const;
-
- private:
-  std::string field_, why_;
-};
-
-const nlohmann::json& json_field(const nlohmann::json& obj, std::string_view key);  // obj must be an object
-const nlohmann::json& object_field(const nlohmann::json& obj, std::string_view key);
-const nlohmann::json& array_field(const nlohmann::json& obj, std::string_view key);
-std::string string_field(const nlohmann::json& obj, std::string_view key);
-bool bool_field(const nlohmann::json& obj, std::string_view key);
-std::int64_t int_field(const nlohmann::json& obj, std::string_view key,
-                       std::int64_t min = std::numeric_limits<std::int64_t>::min());
-std::uint64_t u64_field(const nlohmann::json& obj, std::string_view key);
-double number_field(const nlohmann::json& obj, std::string_view key);
-
-// The value `v` itself (an array element), with `name` for the message.
-std::int64_t int_value(const nlohmann::json& v, std::string_view name,
-                       std::int64_t min = std::numeric_limits<std::int64_t>::min());
-double number_value(const nlohmann::json& v, std::string_view name);
-std::string string_value(const nlohmann::json& v, std::string_view name);
-
-// Runs `read` and names `outer` in any FieldError it throws.
-template <class F>
-auto within_field(std::string_view outer, F&& read) {
-  try {
-    return read();
-  } catch (const FieldError& e) {
-    throw e.within(outer);
-  }
-}
+using reports::array_field;
+using reports::bool_field;
+using reports::FieldError;
+using reports::format_problem;
+using reports::int_field;
+using reports::int_value;
+using reports::json_field;
+using reports::number_field;
+using reports::number_value;
+using reports::object_field;
+using reports::string_field;
+using reports::string_value;
+using reports::strings_field;
+using reports::u64_field;
+using reports::within_field;
 
 }  // namespace driftcheck::fuzz

@@ -1,10 +1,10 @@
-#include "driftcheck/fuzz/json_fields.hpp"
+#include "driftcheck/reports/json_fields.hpp"
 
 #include <fmt/format.h>
 
 #include "driftcheck/reports/json_text.hpp"
 
-namespace driftcheck::fuzz {
+namespace driftcheck::reports {
 
 using nlohmann::json;
 
@@ -44,6 +44,12 @@ const json& array_field(const json& obj, std::string_view key) {
 
 std::string string_field(const json& obj, std::string_view key) {
   return string_value(json_field(obj, key), key);
+}
+
+std::vector<std::string> strings_field(const json& obj, std::string_view key) {
+  std::vector<std::string> out;
+  for (const auto& v : array_field(obj, key)) out.push_back(string_value(v, key));
+  return out;
 }
 
 bool bool_field(const json& obj, std::string_view key) {
@@ -87,4 +93,15 @@ std::string string_value(const json& v, std::string_view name) {
   return v.get<std::string>();
 }
 
-}  // namespace driftcheck::fuzz
+std::string format_problem(const json& obj, std::string_view format, std::int64_t version) {
+  const auto f = obj.find("format");
+  if (f == obj.end() || !f->is_string() || f->get<std::string>() != format)
+    return fmt::format("format is not {}", format);
+  const auto v = obj.find("format_version");
+  if (v == obj.end() || !v->is_number_integer() || *v != version)
+    return fmt::format("format version {} (this driftcheck reads {})", v == obj.end() ? "missing" : v->dump(),
+                       version);
+  return "";
+}
+
+}  // namespace driftcheck::reports
