@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -614,6 +615,25 @@ TEST(AttentionTwins, Ll4miPartitionSumIsAnFma) {
     for (std::int64_t t = 64; t < 67; ++t) set_key(c, t, static_cast<double>(x));
     const Case out = run_clone(get(twin), c);
     EXPECT_EQ(out.tensor("lse").at({0, 0}), static_cast<double>(std::log(fused))) << twin << " x " << x;
+  }
+}
+
+// The ll4mi reduce sums 16 partition slots on a short context; the 15 past the only partition repeat its
+// output with weight 0 (pa_kernels.cuh:1016-1056 at aiter@e4048607, vLLM's reduce alike), so an infinite V at
+// a visible key, an infinite partition output, becomes NaN: `Inf * w + Inf * 0`. Repaired, the twin keeps
+// Inf.
+TEST(AttentionTwins, Ll4miReducePaddedSlotsTurnAnInfiniteOutputIntoNaN) {
+  for (const char* twin : {"cpu.attn.rocm_custom", "cpu.attn.aiter_fa"}) {
+    Case c = probe_case(1, 64, 1.0, 8);
+    const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({0, 0}));
+    c.tensor("v_cache").set({page, 5, 0, 0}, std::numeric_limits<double>::infinity());
+    const Case out = run_clone(get(twin), c);
+    const auto fixed = get(twin).without_defects({"reduce_padded_slots"});
+    ASSERT_NE(fixed, nullptr) << twin << " does not model the padded reduce slots";
+    const Case repaired = run_clone(*fixed, c);
+    EXPECT_TRUE(std::isnan(out.tensor("o").at({0, 0, 0}))) << twin;
+    EXPECT_EQ(repaired.tensor("o").at({0, 0, 0}), std::numeric_limits<double>::infinity()) << twin;
+    EXPECT_EQ(out.tensor("o").at({0, 0, 1}), repaired.tensor("o").at({0, 0, 1})) << twin;
   }
 }
 

@@ -134,12 +134,13 @@ class AttentionTwin final : public TwinBackend {
 
  private:
   // The upstream defects the kernel parameters can reproduce (docs/FINDINGS.md names each).
-  static constexpr std::array<DefectSwitch<AttnKernel>, 5> kDefects{{
+  static constexpr std::array<DefectSwitch<AttnKernel>, 6> kDefects{{
       {"softcap_from_exp", &AttnKernel::softcap_from_exp},
       {"page_tail_unmasked", &AttnKernel::page_tail_unmasked},
       {"masked_p_times_v", &AttnKernel::masked_p_times_v},
       {"empty_tile_step", &AttnKernel::empty_tile_step},
       {"warp_partials_in_act", &AttnKernel::warp_partials_in_act},
+      {"reduce_padded_slots", &AttnKernel::reduce_padded_slots},
   }};
 
   Support supports_kv(const Case& c) const;
@@ -713,6 +714,16 @@ float AttentionTwin::ll4mi_row(const Batch& b, const Plan& pl, const Row& r, flo
   for (std::size_t j = 0; j < parts.size(); ++j)
     for (std::int64_t i = 0; i < b.d; ++i)
       out[i] = std::fma(parts[j].out[static_cast<std::size_t>(i)], w[j], out[i]);
+  if (k_.reduce_padded_slots) {
+    // pa_kernels.cuh:1016-1095 at aiter@e4048607 (vLLM's reduce alike): JCHUNK 16, then 32, then MAX_NPAR 64
+    // slots per pass; a slot past the last partition reads the last partition's output with weight 0.
+    const std::size_t n = parts.size();
+    const std::size_t slots = n <= 16 ? 16 : n <= 32 ? 32 : (n + 63) / 64 * 64;
+    const std::vector<float>& last = parts.back().out;
+    for (std::size_t j = n; j < slots; ++j)
+      for (std::int64_t i = 0; i < b.d; ++i)
+        out[i] = std::fma(last[static_cast<std::size_t>(i)], 0.0f, out[i]);
+  }
   const float inv = 1.0f / (g + kSumBias);
   for (std::int64_t i = 0; i < b.d; ++i) out[i] *= inv;
   return m + std::log(g);

@@ -23,6 +23,7 @@ std::unique_ptr<Backend> make_cpu_attn_aiter_fa() {
   k.warp_tokens = 64;
   k.mfma4_max_gqa = 0;  // pa_v1 instantiates the mfma16 kernel only
   k.page_tail_unmasked = true;
+  k.reduce_padded_slots = true;
   k.masked_p_times_v = true;
   k.empty_tile_step = false;
   k.softcap_from_exp = false;

@@ -22,6 +22,7 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   k.warp_tokens = 64;
   k.mfma4_max_gqa = 4;
   k.warp_partials_in_act = true;
+  k.reduce_padded_slots = true;
   k.page_tail_unmasked = true;
   k.masked_p_times_v = false;  // decode rows see every key below seq_len: nothing else is masked
   k.empty_tile_step = false;   // no tiles of query blocks

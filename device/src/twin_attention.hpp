@@ -69,6 +69,10 @@ struct AttnKernel {
   // then truncation; fp16: RNE half adds): up to four roundings of a partition output, three of them biased
   // toward zero in bf16. Repaired, the mfma4 kernel sums in fp32 and rounds once like mfma16.
   bool warp_partials_in_act = false;
+  // The ll4mi reduce reads 16, 32 or 64 partition slots per pass; slots past the last partition repeat the
+  // last partition's output with weight 0, so `acc += out_last * 0` turns an infinite output element into
+  // NaN. Repaired, only the real partitions are summed.
+  bool reduce_padded_slots = false;
   // ---- unified (kTiled) kernels
   UnifiedLaunch launch = UnifiedLaunch::kVllm;
   int split_segments = 0;                   // vLLM 3D path: segments per sequence (0: never split)
