@@ -43,6 +43,10 @@ TEST(KnownFindings, ParsesTheVersionedFormatAndRejectsMalformedFiles) {
   EXPECT_TRUE(parse_known_findings(kHeader, "t").findings.empty());
   EXPECT_TRUE(throws_with("version = 1\n", "format"));
   EXPECT_TRUE(throws_with("format = \"driftcheck-known-findings\"\nversion = 2\n", "version must be 1"));
+  // The version is a TOML integer: a float is refused, not converted (1e71 to an integer is undefined
+  // behaviour, found by fuzz_known_findings on the H200 machine's long run).
+  EXPECT_TRUE(throws_with("format = \"driftcheck-known-findings\"\nversion = 1.0\n", "version must be 1"));
+  EXPECT_TRUE(throws_with("format = \"driftcheck-known-findings\"\nversion = 1e71\n", "version must be 1"));
   EXPECT_TRUE(throws_with(std::string(kHeader) + finding("a") + finding("a"), "duplicate id 'a'"));
   EXPECT_TRUE(throws_with(std::string(kHeader) + "[[finding]]\nid = \"x\"\n", "no 'backend'"));
   EXPECT_TRUE(throws_with("format = [", "not TOML"));

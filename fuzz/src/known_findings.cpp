@@ -51,7 +51,8 @@ KnownFindings parse_known_findings(std::string_view text, std::string_view sourc
   }
   if (root["format"].value<std::string>() != "driftcheck-known-findings")
     bad(source, "format must be \"driftcheck-known-findings\"");
-  if (root["version"].value<std::int64_t>() != kKnownFindingsVersion)
+  // value_exact: a float version is refused, not converted (a huge one would overflow the integer).
+  if (root["version"].value_exact<std::int64_t>() != kKnownFindingsVersion)
     bad(source, fmt::format("version must be {}", kKnownFindingsVersion));
   KnownFindings out;
   const toml::array* list = root["finding"].as_array();
