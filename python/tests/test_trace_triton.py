@@ -207,7 +207,12 @@ class Runs(unittest.TestCase):
         self.assertEqual(tt.verdict(per, [1, 2])[0], "exp_div_sum")
         per["exp_div_sum"] = {1: {"agreement": "1_ulp"}}  # case 2 missing: not within
         self.assertEqual(tt.verdict(per, [1, 2])[0], "exp_div_sum_nofuse")
+        per["real"] = {1: {"agreement": "over_4_ulps"}, 2: {"agreement": "unsupported"}}  # declined: left out
+        per["exp_div"] = {1: {"agreement": "1_ulp"}, 2: {"agreement": "unsupported"}}
+        self.assertEqual(tt.verdict(per, [1, 2])[0], "exp_div")
         per["real"] = {1: {"agreement": "over_4_ulps"}, 2: {"agreement": "error"}}
+        self.assertIsNone(tt.verdict(per, [1, 2])[0])
+        del per["real"][2]
         self.assertIsNone(tt.verdict(per, [1, 2])[0])
 
     def test_unknown_variants_are_a_usage_error(self):
