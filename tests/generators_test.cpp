@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -85,6 +86,51 @@ TEST(Materialize, IsDeterministic) {
     for (const auto& [name, t] : a.tensors)
       EXPECT_EQ(t.storage()->bytes, b.tensor(name).storage()->bytes) << name;
   }
+}
+
+// The new tokens' K/V inputs are what the cache write stored: the same values where the cache is not fp8;
+// fp8, values of the activation dtype that quantise (value / scale, saturating) to the stored codes and are
+// spread over the codes' rounding intervals (not the dequantised values themselves).
+TEST(Materialize, NewKvInputsQuantiseToTheStoredCache) {
+  int fp8_cases = 0, fp8_spread = 0;
+  for (const auto& s : draws(OpKind::kAttention, 150)) {
+    const Case c = materialize(s);
+    const auto& p = c.get<AttentionParams>();
+    const std::vector<double> lens = c.tensor("seq_lens").to_f64(),
+                              qsl = c.tensor("query_start_loc").to_f64();
+    bool spread = false;
+    for (const auto& [input, cache, scale] :
+         {std::tuple{"k_new", "k_cache", p.k_scale}, std::tuple{"v_new", "v_cache", p.v_scale}}) {
+      const Tensor &in = c.tensor(input), &st = c.tensor(cache);
+      ASSERT_EQ(in.dtype(), s.act_dtype);
+      for (std::size_t q = 0; q < lens.size(); ++q) {
+        const auto len = static_cast<std::int64_t>(lens[q]), start = static_cast<std::int64_t>(qsl[q]);
+        const std::int64_t ql = static_cast<std::int64_t>(qsl[q + 1]) - start;
+        for (std::int64_t pos = std::max<std::int64_t>(0, len - ql); pos < len; ++pos) {
+          const auto block = static_cast<std::int64_t>(
+              c.tensor("block_table").at({static_cast<std::int64_t>(q), pos / p.block_size}));
+          for (std::int64_t g = 0; g < p.num_kv_heads; ++g)
+            for (std::int64_t d = 0; d < p.head_dim; ++d) {
+              const double v = in.at({start + pos - (len - ql), g, d});
+              const double stored = st.at({block, pos % p.block_size, g, d});
+              if (std::isnan(stored)) {
+                EXPECT_TRUE(std::isnan(v));
+              } else if (is_fp8(s.kv_dtype)) {
+                ASSERT_EQ(round_to(s.kv_dtype, v / scale, Overflow::kSaturate), stored)
+                    << input << " " << as_json(s).dump();
+                spread |= v != round_to(s.act_dtype, stored * scale);
+              } else {
+                ASSERT_EQ(v, stored * scale) << input;
+              }
+            }
+        }
+      }
+    }
+    fp8_cases += is_fp8(s.kv_dtype);
+    fp8_spread += spread;
+  }
+  EXPECT_GT(fp8_cases, 20);
+  EXPECT_EQ(fp8_spread, fp8_cases);
 }
 
 // Pins the value stream: mt19937_64 and exact Irwin-Hall sums make these bits the same on every platform.

@@ -91,6 +91,62 @@ TEST(Oracle, IdealKernelPasses) {
   }
 }
 
+// fp8 cache, a decode sequence and a 3-token extend sequence: the new tokens' inputs differ from the
+// dequantised cache, so a backend that reads them (NewKv::kInputs) is judged against the reference that reads
+// them, which differs from the cache one in the extend sequence's rows only.
+CaseSpec fp8_extend_spec() {
+  CaseSpec s = attn_spec();
+  s.kv_dtype = DType::kF8E4M3FN;
+  auto& p = std::get<AttentionParams>(s.params);
+  p.k_scale = 0.5;
+  p.v_scale = 0.0625;
+  return s;
+}
+
+void write_reference_from_inputs(Case& c) {
+  const Outputs ref = reference_attention(c, NewKv::kInputs);
+  for (const auto& [name, t] : ref) c.tensor(name).copy_from(t.to_f64());
+}
+
+TEST(Oracle, NewKvFromInputsIsJudgedAgainstTheInputsReference) {
+  const PreparedCase pc = prepare(materialize(fp8_extend_spec()));
+  ASSERT_NE(pc.from_inputs, nullptr);
+  const auto cache = pc.reference.at("o").to_f64(), inputs = pc.from_inputs->reference.at("o").to_f64();
+  const std::size_t decode_row = 4 * 32;  // token 0 (the decode sequence): 4 heads of 32
+  std::size_t extend_changed = 0;
+  for (std::size_t i = 0; i < cache.size(); ++i) {
+    if (i < decode_row)
+      EXPECT_EQ(cache[i], inputs[i]) << i;
+    else
+      extend_changed += cache[i] != inputs[i];
+  }
+  EXPECT_GT(extend_changed, cache.size() / 2);
+  Numerics from_inputs;
+  from_inputs.new_kv = NewKv::kInputs;
+  // Each ideal kernel passes against its own source's reference and fails against the other one: the
+  // inputs and the cache differ by up to half an fp8 ulp, far beyond the tolerance of one rounding.
+  EXPECT_EQ(evaluate(FnBackend(OpKind::kAttention, write_reference_from_inputs, from_inputs), pc).verdict,
+            Verdict::kPass);
+  EXPECT_EQ(evaluate(FnBackend(OpKind::kAttention, write_reference), pc).verdict, Verdict::kPass);
+  EXPECT_EQ(evaluate(FnBackend(OpKind::kAttention, write_reference, from_inputs), pc).verdict,
+            Verdict::kBeyondTolerance);
+  EXPECT_EQ(evaluate(FnBackend(OpKind::kAttention, write_reference_from_inputs), pc).verdict,
+            Verdict::kBeyondTolerance);
+}
+
+// Where the inputs equal the cache (bf16 cache, or no prefill/extend sequence) the two semantics are one:
+// no second reference is computed.
+TEST(Oracle, NewKvFromInputsNeedsNoSecondReferenceWhereTheyEqualTheCache) {
+  EXPECT_EQ(prepare(materialize(attn_spec())).from_inputs, nullptr);
+  CaseSpec decode = fp8_extend_spec();
+  decode.query_lens = {1, 1};
+  EXPECT_EQ(prepare(materialize(decode)).from_inputs, nullptr);
+  Case no_inputs = materialize(fp8_extend_spec());
+  no_inputs.tensors.erase("k_new");
+  no_inputs.tensors.erase("v_new");
+  EXPECT_EQ(prepare(std::move(no_inputs)).from_inputs, nullptr);
+}
+
 TEST(Oracle, ThrowingBackendIsAnError) {
   const Evaluation ev = judge(rms_spec(), [](Case&) { throw BackendError("launch failed"); });
   EXPECT_EQ(ev.verdict, Verdict::kError);

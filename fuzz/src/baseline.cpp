@@ -231,14 +231,16 @@ struct Attn {
   DType act, kv;
   std::int64_t seqs, group;
   std::vector<double> sinks;
+  NewKv source;
 
-  explicit Attn(const Case& cs)
+  explicit Attn(const Case& cs, NewKv src)
       : c(cs),
         p(cs.get<AttentionParams>()),
         act(cs.tensor("o").dtype()),
         kv(cs.tensor("k_cache").dtype()),
         seqs(cs.tensor("seq_lens").size(0)),
-        group(p.num_q_heads / p.num_kv_heads) {
+        group(p.num_q_heads / p.num_kv_heads),
+        source(src) {
     if (p.has_sinks) sinks = cs.tensor("sinks").to_f64();
   }
   std::int64_t seq_len(std::int64_t s) const {
@@ -259,6 +261,16 @@ struct Attn {
                             out.data() + tok * p.head_dim);
     }
     return out;
+  }
+  // The new tokens of a prefill/extend sequence (query length ql > 1) read from k_new / v_new under
+  // NewKv::kInputs (case.hpp): their rows of `x` ([len][D], dequantised) are replaced by the inputs' values.
+  void new_tokens(std::string_view input, std::int64_t start, std::int64_t ql, std::int64_t len,
+                  std::int64_t g, std::vector<double>& x) const {
+    if (source == NewKv::kCache || ql <= 1) return;
+    const Tensor& t = c.tensor(input);
+    for (std::int64_t tok = std::max<std::int64_t>(0, len - ql); tok < len; ++tok)
+      for (std::int64_t d = 0; d < p.head_dim; ++d)
+        x[static_cast<std::size_t>(tok * p.head_dim + d)] = t.at({start + tok - (len - ql), g, d});
   }
   // Keys [lo, hi) that query j of a sequence (query length ql, seq_len len) sees (case.hpp semantics).
   std::pair<std::int64_t, std::int64_t> visible(std::int64_t len, std::int64_t ql, std::int64_t j) const {
@@ -295,12 +307,14 @@ void for_each_row(const Attn& a, bool round_to_act, F&& f) {
   for (std::int64_t s = 0; s < a.seqs; ++s) {
     const std::int64_t len = a.seq_len(s), start = a.q_start(s), ql = a.q_start(s + 1) - start;
     for (std::int64_t g = 0; g < a.p.num_kv_heads; ++g) {
-      const auto k = dequant(a.keys("k_cache", s, len, g), a.p.k_scale);
+      auto k = dequant(a.keys("k_cache", s, len, g), a.p.k_scale);
+      a.new_tokens("k_new", start, ql, len, g, k);  // values of the activation dtype: rounding them is exact
       kv.len = static_cast<std::size_t>(len);
       kv.k_t.resize(k.size());
       for (std::size_t t = 0; t < kv.len; ++t)
         for (std::size_t d = 0; d < dim; ++d) kv.k_t[d * kv.len + t] = k[t * dim + d];
       kv.v = dequant(a.keys("v_cache", s, len, g), a.p.v_scale);
+      a.new_tokens("v_new", start, ql, len, g, kv.v);
       for (std::int64_t j = 0; j < ql; ++j) {
         const auto [lo, hi] = a.visible(len, ql, j);
         for (std::int64_t h = g * a.group; h < (g + 1) * a.group; ++h) {
@@ -315,7 +329,7 @@ void for_each_row(const Attn& a, bool round_to_act, F&& f) {
 struct AttnOut {
   std::vector<double> o, lse;
   Attn a;
-  explicit AttnOut(const Case& c) : a(c) {
+  AttnOut(const Case& c, NewKv source) : a(c, source) {
     const std::int64_t tokens = c.tensor("q").size(0);
     o.assign(static_cast<std::size_t>(tokens * a.p.num_q_heads * a.p.head_dim), 0.0);
     lse.assign(static_cast<std::size_t>(tokens * a.p.num_q_heads), -std::numeric_limits<double>::infinity());
@@ -337,8 +351,8 @@ struct AttnOut {
 // in fp32 and rounded; lse in fp32.
 // The fp32 sums run over keys in parallel (dot products) and over d in parallel (P.V), each element's own sum
 // in the order of the definition: key by key for P.V, d by d for q.k.
-Outputs naive_attention(const Case& c) {
-  AttnOut out(c);
+Outputs naive_attention(const Case& c, NewKv source) {
+  AttnOut out(c, source);
   const Attn& a = out.a;
   const std::size_t dim = static_cast<std::size_t>(a.p.head_dim);
   auto r = [&](double x) { return rnd(a.act, x); };
@@ -484,8 +498,8 @@ struct WeightedV {
 
 // docs/ORACLE.md, "Attention": per query row, n visible keys, G = max_t |scale k_scale| sum_d |q_d k_td|,
 // S = max |logit|, M_d = sum_t p_t |v_td| v_scale (the softmax-weighted magnitude, >= |o_d|).
-ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& naive) {
-  const Attn a(c);
+ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& naive, NewKv source) {
+  const Attn a(c, source);
   const auto dim = static_cast<std::size_t>(a.p.head_dim);
   const double ua = unit_roundoff(a.act), sub = 0.5 * ulp(a.act, 0.0);
   const bool fp8 = is_fp8(a.kv);
@@ -569,7 +583,7 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
 
 }  // namespace
 
-Outputs naive_baseline(const Case& c) {
+Outputs naive_baseline(const Case& c, NewKv source) {
   switch (c.op) {
     case OpKind::kRmsNorm:
     case OpKind::kDualRmsNormCat:
@@ -577,12 +591,12 @@ Outputs naive_baseline(const Case& c) {
     case OpKind::kConcat:
       return reference_concat(c);  // data movement has no rounding to be naive about
     case OpKind::kAttention:
-      return naive_attention(c);
+      return naive_attention(c, source);
   }
   return {};
 }
 
-ErrorModels error_model(const Case& c, const Outputs& reference, const Outputs& baseline) {
+ErrorModels error_model(const Case& c, const Outputs& reference, const Outputs& baseline, NewKv source) {
   switch (c.op) {
     case OpKind::kRmsNorm:
     case OpKind::kDualRmsNormCat:
@@ -595,7 +609,7 @@ ErrorModels error_model(const Case& c, const Outputs& reference, const Outputs& 
       return m;
     }
     case OpKind::kAttention:
-      return model_attention(c, reference, baseline);
+      return model_attention(c, reference, baseline, source);
   }
   return {};
 }

@@ -402,6 +402,10 @@ Bundle assemble(const CaseFile& c, std::string tensors_bin, std::string_view fin
     throw BundleError(fmt::format("{}: tensors do not form a valid {} case: {}", dir.string(),
                                   op_name(b.spec.op), e.what()));
   }
+  // Attention bundles written before the cases carried the new tokens' K/V inputs get the ones materialize()
+  // derives from the same caches (docs/CAMPAIGN.md, bundle format).
+  if (b.spec.op == OpKind::kAttention && !b.pristine.has("k_new") && !b.pristine.has("v_new"))
+    add_new_kv(b.pristine, c.spec.value_seed);
   check_spec_describes(b.spec, b.pristine, (dir / "case.json").string());
   b.finding = parse_finding_json(finding_json, (dir / "finding.json").string());
   return b;

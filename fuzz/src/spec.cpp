@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -42,7 +43,8 @@ enum Stream : std::uint64_t {
   kPoison,
   kTable,
   kTableFill,
-  kSpecial
+  kSpecial,
+  kNewKv
 };
 
 double format_max(DType t) {
@@ -421,8 +423,62 @@ Case materialize_attention(const CaseSpec& s, ValueRng& poison) {
   c.tensors["o"] =
       make_padded(s.act_dtype, {tokens, p.num_q_heads, p.head_dim}, s.row_pad, s.base_offset, poison);
   c.tensors["lse"] = make_padded(DType::kF32, {tokens, p.num_q_heads}, 0, s.base_offset, poison);
+  add_new_kv(c, s.value_seed);
   return c;
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// New tokens' K/V inputs
+
+// A real key of the activation dtype that the cache write (value / scale, one rounding, saturating, as
+// fill_cache stores) turns into the stored fp8 value `c`: a point drawn in the middle 80% of c's rounding
+// interval, times the scale, rounded to act; where act's rounding still leaves the interval (act's subnormal
+// range), act(c * scale), and c itself where that fails too (never met in generated cases: tested).
+double input_for_fp8(DType kv, DType act, double c, double scale, ValueRng& rng) {
+  if (!std::isfinite(c) || c == 0.0) return round_to(act, c * scale);
+  const double m = std::fabs(c), down = next_down(kv, m), up_raw = next_up(kv, m);
+  const double up = std::isfinite(up_raw) && up_raw > m ? up_raw : m + (m - down);
+  const double lo = (down + m) / 2, hi = (m + up) / 2;
+  const double x = std::copysign(lo + (0.1 + 0.8 * rng.uniform()) * (hi - lo), c);
+  for (const double candidate : {round_to(act, x * scale), round_to(act, c * scale)})
+    if (round_to(kv, candidate / scale, Overflow::kSaturate) == c) return candidate;
+  return c;
+}
+
+}  // namespace
+
+void add_new_kv(Case& c, std::uint64_t value_seed) {
+  const auto& p = c.get<AttentionParams>();
+  const DType act = c.tensor("q").dtype(), kv = c.tensor("k_cache").dtype();
+  const std::int64_t tokens = c.tensor("q").size(0);
+  const std::vector<double> lens = c.tensor("seq_lens").to_f64(), qsl = c.tensor("query_start_loc").to_f64();
+  const Tensor& table = c.tensor("block_table");
+  ValueRng rng(value_seed, kNewKv);
+  for (const auto& [input, cache, scale] :
+       {std::tuple{"k_new", "k_cache", p.k_scale}, std::tuple{"v_new", "v_cache", p.v_scale}}) {
+    Tensor t = make_padded(act, {tokens, p.num_kv_heads, p.head_dim}, 0, 0, rng);
+    // Rows of queries that have no key position (more queries than keys) stay 0.
+    t.copy_from(std::vector<double>(static_cast<std::size_t>(t.numel()), 0.0));
+    const Tensor& stored = c.tensor(cache);
+    for (std::size_t s = 0; s < lens.size(); ++s) {
+      const auto len = static_cast<std::int64_t>(lens[s]), start = static_cast<std::int64_t>(qsl[s]);
+      const std::int64_t ql = static_cast<std::int64_t>(qsl[s + 1]) - start;
+      for (std::int64_t pos = std::max<std::int64_t>(0, len - ql); pos < len; ++pos) {
+        const auto block =
+            static_cast<std::int64_t>(table.at({static_cast<std::int64_t>(s), pos / p.block_size}));
+        for (std::int64_t g = 0; g < p.num_kv_heads; ++g)
+          for (std::int64_t d = 0; d < p.head_dim; ++d) {
+            const double v = stored.at({block, pos % p.block_size, g, d});
+            t.set({start + pos - (len - ql), g, d},
+                  is_fp8(kv) ? input_for_fp8(kv, act, v, scale, rng) : round_to(act, v * scale));
+          }
+      }
+    }
+    c.tensors[input] = t;
+  }
+}
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Special values

@@ -134,7 +134,8 @@ std::optional<ClassJudgement> judge_class(const StatisticalClass& c, std::string
           c.low, c.cases, shape, kStatisticalCaseLevel, tail, c.min_case, c.min_p)};
 }
 
-StatisticalResult judge_statistical(const PreparedCase& pc, const Numerics& n, const Outputs& outputs) {
+StatisticalResult judge_statistical(const PreparedCase& prepared, const Numerics& n, const Outputs& outputs) {
+  const PreparedCase& pc = prepared.judged_as(n);
   StatisticalResult r;
   double worst_p = 2;
   for (const auto& [name, ref_t] : pc.reference) {

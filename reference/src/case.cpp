@@ -50,6 +50,8 @@ OpSignature op_signature(const Case& c) {
     case OpKind::kAttention: {
       OpSignature s{{"q", "k_cache", "v_cache", "block_table", "seq_lens", "query_start_loc"}, {"o", "lse"}};
       if (c.has("sinks")) s.inputs.emplace_back("sinks");
+      if (c.has("k_new")) s.inputs.emplace_back("k_new");
+      if (c.has("v_new")) s.inputs.emplace_back("v_new");
       return s;
     }
   }
@@ -265,6 +267,13 @@ void validate_attention(const Case& c, const Checker& k) {
                                                ? "params.has_sinks is set but tensor 'sinks' is missing"
                                                : "tensor 'sinks' given but params.has_sinks is false");
   if (p.has_sinks) k.float_tensor("sinks", {p.num_q_heads});
+  k.require(c.has("k_new") == c.has("v_new"), "tensors 'k_new' and 'v_new' come together: one is missing");
+  if (c.has("k_new")) {
+    k.float_tensor("k_new", {tokens, p.num_kv_heads, p.head_dim});
+    k.float_tensor("v_new", {tokens, p.num_kv_heads, p.head_dim});
+    k.same_dtype("q", "k_new");
+    k.same_dtype("q", "v_new");
+  }
   k.float_tensor("o", {tokens, p.num_q_heads, p.head_dim});
   k.float_tensor("lse", {tokens, p.num_q_heads});
 }

@@ -116,8 +116,37 @@ class AttentionHead {
   AttentionHead(const Case& c, const std::vector<std::int64_t>& table_row, std::int64_t seq_len)
       : c_(c), p_(c.get<AttentionParams>()), table_row_(table_row), len_(seq_len) {}
 
-  // Gathers logical tokens [0, len) of kv head g from the cache.
-  void gather(std::int64_t g) {
+  // Gathers logical tokens [0, len) of kv head g from the cache; with NewKv::kInputs and a query length
+  // above 1, the new tokens' rows (positions >= len - q_len) from k_new / v_new instead.
+  void gather(std::int64_t g, NewKv source, std::int64_t first, std::int64_t q_len) {
+    gather_cache(g);
+    if (source == NewKv::kCache || q_len <= 1) return;
+    for (std::int64_t t = std::max<std::int64_t>(0, len_ - q_len); t < len_; ++t) {
+      const std::int64_t token = first + t - (len_ - q_len);
+      load_input("k_new", token, g, p_.k_scale, k_.row(t).data());
+      load_input("v_new", token, g, p_.v_scale, v_.row(t).data());
+    }
+    count_nonfinite_v();
+  }
+
+ private:
+  // An input row holds the real key (value); the logits and outputs multiply every row by k_scale (v_scale)
+  // afterwards, so the row is stored divided by it: one fp64 rounding (2^-53 relative) where the scale is not
+  // a power of two, none for the usual scale 1.
+  void load_input(std::string_view name, std::int64_t token, std::int64_t g, double scale,
+                  double* row) const {
+    load_row(c_.tensor(name), {token, g}, row);
+    if (scale != 1.0)
+      for (std::int64_t d = 0; d < p_.head_dim; ++d) row[d] /= scale;
+  }
+
+  void count_nonfinite_v() {
+    for (std::int64_t t = 0; t < len_; ++t)
+      nonfinite_v_[static_cast<std::size_t>(t) + 1] =
+          nonfinite_v_[static_cast<std::size_t>(t)] + !v_.row(t).allFinite();
+  }
+
+  void gather_cache(std::int64_t g) {
     k_.resize(len_, p_.head_dim);
     v_.resize(len_, p_.head_dim);
     nonfinite_v_.assign(static_cast<std::size_t>(len_) + 1, 0);
@@ -127,11 +156,11 @@ class AttentionHead {
       const std::int64_t block = table_row_[static_cast<std::size_t>(t / p_.block_size)];
       load_row(kc, {block, t % p_.block_size, g}, k_.row(t).data());
       load_row(vc, {block, t % p_.block_size, g}, v_.row(t).data());
-      nonfinite_v_[static_cast<std::size_t>(t) + 1] =
-          nonfinite_v_[static_cast<std::size_t>(t)] + !v_.row(t).allFinite();
     }
+    count_nonfinite_v();
   }
 
+ public:
   // Visible keys [lo, hi) of the query at absolute position pos (case.hpp's definition).
   std::pair<std::int64_t, std::int64_t> visible(std::int64_t pos) const {
     const std::int64_t lo = p_.window > 0 ? std::max<std::int64_t>(0, pos - p_.window + 1) : 0;
@@ -228,7 +257,7 @@ constexpr std::int64_t kTileRows = 256;
 
 }  // namespace
 
-Outputs reference_attention(const Case& c) {
+Outputs reference_attention(const Case& c, NewKv source) {
   validate(c);
   const auto& p = c.get<AttentionParams>();
   const std::int64_t tokens = c.tensor("q").size(0);
@@ -246,7 +275,7 @@ Outputs reference_attention(const Case& c) {
     const std::int64_t q_len = qsl[s + 1] - qsl[s];
     AttentionHead head(c, table_row, lens[s]);
     for (std::int64_t g = 0; g < p.num_kv_heads && q_len > 0; ++g) {
-      head.gather(g);
+      head.gather(g, source, qsl[s], q_len);
       for (std::int64_t j0 = 0; j0 < q_len; j0 += tile_q) {
         head.run_tile(g, qsl[s], q_len, j0, std::min(q_len, j0 + tile_q), out);
       }

@@ -77,6 +77,9 @@ struct Numerics {
   bool partials_rounded = false;
   // fp8 KV: dequantised K/V rounded to the activation dtype before the dot products (Triton unified).
   bool kv_dequant_rounded = false;
+  // attention: where the kernel reads the new tokens' K/V (case.hpp NewKv): the reference, the naive baseline
+  // and the error model it is judged with read the same source.
+  NewKv new_kv = NewKv::kCache;
   // rmsnorm family: the shape of the sum-of-squares reduction (statistical tier only).
   ReductionShape reduction;
   // Metamorphic contracts the oracle checks bit for bit.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -100,10 +101,12 @@ using ErrorModels = std::map<std::string, ErrorModel, std::less<>>;
 
 // The naive same-precision implementation of the case's op (FlashAttention's baseline): the straightforward
 // algorithm with every intermediate rounded to the activation dtype and fp32 sums. Outputs like reference().
-Outputs naive_baseline(const Case& c);
+// `source`: where the new tokens' K/V come from (attention; case.hpp NewKv).
+Outputs naive_baseline(const Case& c, NewKv source = NewKv::kCache);
 // The error model of every output of a case, from its inputs, reference and baseline (computed once per
 // case).
-ErrorModels error_model(const Case& c, const Outputs& reference, const Outputs& baseline);
+ErrorModels error_model(const Case& c, const Outputs& reference, const Outputs& baseline,
+                        NewKv source = NewKv::kCache);
 // Tolerance of element `i` (row-major) of an output whose reference value is `ref`, for a backend's numerics.
 double tolerance(const ErrorModel& m, const Numerics& n, std::size_t i, double ref);
 
@@ -114,8 +117,20 @@ struct PreparedCase {
   Outputs reference;
   Outputs baseline;  // naive same-precision implementation's outputs (fp64 tensors of its values)
   ErrorModels model;
+  // Attention: the same three with the new tokens' K/V of prefill/extend sequences read from k_new / v_new
+  // (NewKv::kInputs), for backends that declare that source; null where they equal the ones above (no
+  // k_new, no sequence with query length > 1, or inputs equal to the dequantised cache there).
+  std::shared_ptr<const PreparedCase> from_inputs;
+
+  // What a backend with numerics n is judged against.
+  const PreparedCase& judged_as(const Numerics& n) const {
+    return n.new_kv == NewKv::kInputs && from_inputs ? *from_inputs : *this;
+  }
 };
 PreparedCase prepare(Case c);
+// The NewKv::kInputs variant of a prepared case (its reference, baseline and model), or null where it equals
+// the cache one (see PreparedCase::from_inputs).
+std::shared_ptr<const PreparedCase> prepare_from_inputs(const PreparedCase& cache);
 
 struct EvalOptions {
   bool metamorphic = true;  // also run determinism / block-permutation / batch-invariance checks

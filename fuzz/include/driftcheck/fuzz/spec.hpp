@@ -89,6 +89,12 @@ struct CaseSpec {
 };
 
 Case materialize(const CaseSpec& spec);
+// Attention: the new tokens' K/V inputs k_new / v_new [T, Hkv, D] (activation dtype) of case c, derived from
+// its caches so that the cache stays what it is: where the cache is not fp8, the stored value times the scale
+// (the cache write copies); fp8, a value drawn (stream of `value_seed`) inside the stored code's rounding
+// interval, so that quantising it (value / scale, saturating) gives the stored code. Replaces any k_new /
+// v_new the case has. materialize() calls it last; readers of files written without them call it on load.
+void add_new_kv(Case& c, std::uint64_t value_seed);
 std::string_view special_name(Special s);
 
 void to_json(nlohmann::json& j, const CaseSpec& s);

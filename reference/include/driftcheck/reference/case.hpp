@@ -9,7 +9,10 @@
 //   rmsnorm(h, w_h)] attention        q [T, Hq, D], k_cache / v_cache [num_blocks, block_size, Hkv, D],
 //   block_table [S, max_blocks]
 //                    (i32), seq_lens [S] (i32, keys of each sequence incl. its new tokens), query_start_loc
-//                    [S + 1] (i32, prefix sums of query lengths, T at the end), sinks [Hq] (fp32, optional)
+//                    [S + 1] (i32, prefix sums of query lengths, T at the end), sinks [Hq] (fp32, optional),
+//                    k_new / v_new [T, Hkv, D] (activation dtype, optional, both or neither: the layer's
+//                    new keys and values as the caller has them before writing the cache; the cache slots of
+//                    the new tokens hold what vLLM's cache write stores from them)
 //                    ->  o [T, Hq, D], lse [T, Hq] (fp32)
 // Attention semantics (the reference defines them; docs/REFERENCE.md explains):
 //   query j of sequence s (query length q, seq_len L) sits at absolute position p = L - q + j (causal
@@ -19,6 +22,10 @@
 //   exp(sink_h)]); o = sum_t exp(s_t - lse) * v_t * v_scale. A row that sees no key and has no sink yields o
 //   = 0, lse = -inf; with a sink, o = 0 and lse = sink_h. Rows see no key only when causal and q > L (queries
 //   at p < 0).
+//   Where the new tokens' K/V come from (NewKv): from the cache (k_t = k_cache * k_scale for every key), or,
+//   for sequences with query length > 1 (prefill and extend), from k_new / v_new for the new-token positions
+//   p >= L - q (key L - q + j is k_new[query_start_loc[s] + j], without k_scale); decode sequences read the
+//   cache either way.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +72,11 @@ struct AttentionParams {
   double v_scale = 1.0;
   bool has_sinks = false;
 };
+
+// Where an attention kernel reads the new tokens' keys and values (case.hpp header comment): every key from
+// the paged cache, or those of prefill/extend sequences (query length > 1) from the k_new / v_new inputs, as
+// vLLM backends with a separate prefill path do (the cache write and the attention read the same inputs).
+enum class NewKv : std::uint8_t { kCache, kInputs };
 
 using OpParams = std::variant<RmsNormParams, ConcatParams, DualRmsNormCatParams, AttentionParams>;
 

@@ -17,6 +17,7 @@ Outputs reference(const Case& c);
 Outputs reference_rmsnorm(const Case& c);
 Outputs reference_concat(const Case& c);
 Outputs reference_dual_rmsnorm_cat(const Case& c);
-Outputs reference_attention(const Case& c);
+// `source`: where the new tokens' K/V come from (case.hpp); NewKv::kInputs needs k_new / v_new in the case.
+Outputs reference_attention(const Case& c, NewKv source = NewKv::kCache);
 
 }  // namespace driftcheck
