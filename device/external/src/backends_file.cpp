@@ -115,8 +115,8 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
   }
   const toml::table& t = r.table(n, "numerics");
   r.only(t,
-         {"like", "output_roundings", "p_rounded", "partials_rounded", "kv_dequant_rounded", "deterministic",
-          "batch_invariant", "block_permutation_invariant"},
+         {"like", "output_roundings", "p_rounded", "partials_rounded", "kv_dequant_rounded", "new_kv",
+          "deterministic", "batch_invariant", "block_permutation_invariant"},
          "numerics");
   d.numerics_source = "declared";
   if (const auto* like = t.get("like")) {
@@ -138,6 +138,12 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
       {"block_permutation_invariant", &x.block_permutation_invariant}};
   for (const auto& [key, field] : flags)
     if (const auto* v = t.get(key)) *field = r.boolean(*v, key);
+  if (const auto* v = t.get("new_kv")) {
+    const std::string source = r.string(*v, "new_kv");
+    if (source != "cache" && source != "inputs")
+      r.fail(*v, fmt::format("\"new_kv\" must be \"cache\" or \"inputs\", not \"{}\"", source));
+    x.new_kv = source == "inputs" ? NewKv::kInputs : NewKv::kCache;
+  }
 }
 
 // --- supports
