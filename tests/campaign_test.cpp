@@ -406,6 +406,25 @@ TEST(Bundle, TensorFileKeepsEmptyStorages) {
   EXPECT_EQ(back.at("y").shape(), (Shape{0, 8}));
 }
 
+// A bundle written before attention cases carried the new tokens' K/V inputs (no k_new / v_new) reads back
+// with the inputs materialize() derives from the same caches and value seed, bit for bit.
+TEST(Bundle, OldAttentionBundlesGetTheNewTokensInputsDerived) {
+  const CaseSpec spec = draw_case(OpKind::kAttention, 12, 3).value();
+  const Case fresh = materialize(spec);
+  Case old = fresh.clone();
+  old.tensors.erase("k_new");
+  old.tensors.erase("v_new");
+  const auto dir = fresh_dir("old_attention_bundle");
+  FindingRecord f;
+  f.id = "old", f.backend = "cpu.attn.triton_unified", f.replay = "r", f.shape_class = "s";
+  write_bundle(dir, spec, old, f);
+  const Bundle b = read_bundle(dir);
+  for (const char* name : {"k_new", "v_new"}) {
+    ASSERT_TRUE(b.pristine.has(name)) << name;
+    EXPECT_EQ(b.pristine.tensor(name).to_f64(), fresh.tensor(name).to_f64()) << name;
+  }
+}
+
 void expect_bundle_error(const std::filesystem::path& file, const std::string& content) {
   std::ofstream(file, std::ios::binary | std::ios::trunc) << content;
   EXPECT_THROW(read_tensors(file), BundleError) << content.size();

@@ -137,7 +137,11 @@ TEST(Oracle, NewKvFromInputsIsJudgedAgainstTheInputsReference) {
 // Where the inputs equal the cache (bf16 cache, or no prefill/extend sequence) the two semantics are one:
 // no second reference is computed.
 TEST(Oracle, NewKvFromInputsNeedsNoSecondReferenceWhereTheyEqualTheCache) {
-  EXPECT_EQ(prepare(materialize(attn_spec())).from_inputs, nullptr);
+  const Case bf16 = materialize(attn_spec());
+  for (const char* name : {"o", "lse"})
+    EXPECT_EQ(reference_attention(bf16, NewKv::kInputs).at(name).to_f64(),
+              reference_attention(bf16, NewKv::kCache).at(name).to_f64());
+  EXPECT_EQ(prepare(bf16.clone()).from_inputs, nullptr);
   CaseSpec decode = fp8_extend_spec();
   decode.query_lens = {1, 1};
   EXPECT_EQ(prepare(materialize(decode)).from_inputs, nullptr);

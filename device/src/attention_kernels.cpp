@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "twin_attention.hpp"
+#include "twin_fa_varlen.hpp"
 
 namespace driftcheck::twin {
 
@@ -26,6 +27,8 @@ constexpr float kMaskedLogit = -std::numeric_limits<float>::max();
 constexpr float kSumBias = 1e-6f;
 // vllm#24486: the kernel block size the mutant assumes pages are made of.
 constexpr std::int64_t kKernelBlock = 16;
+// ROCM_AITER_FA: context tokens gathered per chunk, shared by the batch's extends (_CP_TOKENS_PER_ITER_ROCM).
+constexpr std::int64_t kCpTokensPerIter = 32 * 1024;
 
 // The case, resolved once.
 struct Batch {
@@ -36,6 +39,8 @@ struct Batch {
   const Tensor* table;
   Tensor* o;
   Tensor* lse;
+  const Tensor* k_new = nullptr;  // the new tokens' K/V inputs, when the case has them
+  const Tensor* v_new = nullptr;
   std::vector<std::int32_t> seq_lens, query_start;
   std::vector<float> sinks;  // per q head, in the kernel's logit domain
   DType act;
@@ -134,16 +139,18 @@ class AttentionTwin final : public TwinBackend {
 
  private:
   // The upstream defects the kernel parameters can reproduce (docs/FINDINGS.md names each).
-  static constexpr std::array<DefectSwitch<AttnKernel>, 6> kDefects{{
+  static constexpr std::array<DefectSwitch<AttnKernel>, 7> kDefects{{
       {"softcap_from_exp", &AttnKernel::softcap_from_exp},
       {"page_tail_unmasked", &AttnKernel::page_tail_unmasked},
       {"masked_p_times_v", &AttnKernel::masked_p_times_v},
       {"empty_tile_step", &AttnKernel::empty_tile_step},
       {"warp_partials_in_act", &AttnKernel::warp_partials_in_act},
       {"reduce_padded_slots", &AttnKernel::reduce_padded_slots},
+      {"context_requantised", &AttnKernel::context_requantised},
   }};
 
   Support supports_kv(const Case& c) const;
+  Support supports_extend(const Case& c) const;
   Batch resolve(Case& c) const;
   Plan plan(const Batch& b) const;
   void plan_launch(const Batch& b, Plan& pl) const;
@@ -168,6 +175,8 @@ class AttentionTwin final : public TwinBackend {
   Ll4miPartition ll4mi_partition(const Batch& b, const Plan& pl, const Row& r, std::int64_t begin,
                                  std::vector<float>& p) const;
   float ll4mi_row(const Batch& b, const Plan& pl, const Row& r, float* out) const;
+  void extend_sequence(const Batch& b, std::int64_t s) const;
+  void extend_panels(const Batch& b, std::int64_t s, std::int64_t g, Panel& context, Panel& fresh) const;
 
   AttnKernel k_;
   AttnBug bug_;
@@ -189,6 +198,13 @@ bool contains(const std::vector<std::int64_t>& v, std::int64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+bool has_decode_sequence(const Case& c) {
+  const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
+  for (std::size_t s = 0; s + 1 < qsl.size(); ++s)
+    if (qsl[s + 1] - qsl[s] == 1) return true;
+  return false;
+}
+
 Support AttentionTwin::supports_kv(const Case& c) const {
   const std::string& who = k_.name_for_reasons;
   const DType kv = c.tensor("k_cache").dtype();
@@ -196,7 +212,7 @@ Support AttentionTwin::supports_kv(const Case& c) const {
   if (kv == c.tensor("o").dtype()) return Support::yes();
   if (!is_fp8(kv))
     return Support::no(fmt::format("KV cache {}: {} reads the activation dtype or fp8", dtype_name(kv), who));
-  if (!k_.fp8_unmodelled.empty())
+  if (!k_.fp8_unmodelled.empty() && (!k_.aiter_fa_extend || has_decode_sequence(c)))
     return Support::no(fmt::format("KV cache {}: {}", dtype_name(kv), k_.fp8_unmodelled));
   if (!k_.kv_dtypes.empty() &&
       std::find(k_.kv_dtypes.begin(), k_.kv_dtypes.end(), kv) == k_.kv_dtypes.end()) {
@@ -239,6 +255,7 @@ Support AttentionTwin::supports(const Case& c) const {
     return Support::no(fmt::format("non-causal attention: {}", k_.causal_reason.empty()
                                                                    ? fmt::format("{} is causal only", who)
                                                                    : k_.causal_reason));
+  if (k_.aiter_fa_extend) return supports_extend(c);
   if (k_.max_query_len > 0) {
     const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
     for (std::size_t s = 0; s + 1 < qsl.size(); ++s)
@@ -248,6 +265,44 @@ Support AttentionTwin::supports(const Case& c) const {
                 ? fmt::format("query length {}: {} is a decode kernel (query length <= {})",
                               qsl[s + 1] - qsl[s], who, k_.max_query_len)
                 : fmt::format("query length {}: {}", qsl[s + 1] - qsl[s], k_.long_query_unmodelled));
+  }
+  return Support::yes();
+}
+
+// ROCM_AITER_FA's prefill/extend path (rocm_aiter_fa.py forward / extend_forward): what it reads and which
+// batches it handles as the twin models them.
+Support AttentionTwin::supports_extend(const Case& c) const {
+  const auto& p = c.get<AttentionParams>();
+  const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
+  const std::vector<std::int32_t> lens = load_ints(c.tensor("seq_lens"));
+  std::int64_t extends = 0;
+  for (std::size_t s = 0; s < lens.size(); ++s)
+    extends += qsl[s + 1] - qsl[s] > 1 && lens[s] > qsl[s + 1] - qsl[s];
+  for (std::size_t s = 0; s < lens.size(); ++s) {
+    const std::int64_t ql = qsl[s + 1] - qsl[s], ctx = lens[s] - ql;
+    if (ql <= 1) continue;
+    if (!c.has("k_new"))
+      return Support::no(
+          "ROCM_AITER_FA's prefill/extend path reads the new tokens' K/V from the layer's inputs "
+          "(k_new, v_new), which the case does not carry");
+    if (!p.causal)
+      return Support::no(
+          "non-causal attention: ROCM_AITER_FA is a decoder backend; its prefill/extend passes "
+          "run flash_attn_varlen_func with causal=True");
+    if (ctx < 0)
+      return Support::no(
+          fmt::format("query length {} > seq_len {}: vLLM schedules no more new tokens than the "
+                      "sequence holds",
+                      ql, lens[s]));
+    if (ctx > 0 && p.window > 0)
+      return Support::no(
+          "sliding window with a context: ROCM_AITER_FA's extend_for_sliding_window path (the "
+          "window's keys gathered from the cache, one causal pass) is not modelled");
+    if (ctx > 0 && ctx > kCpTokensPerIter / extends)
+      return Support::no(
+          fmt::format("context of {} tokens: ROCM_AITER_FA gathers contexts longer than {} / {} "
+                      "extends in chunks merged pairwise, which the twin does not model",
+                      ctx, kCpTokensPerIter, extends));
   }
   return Support::yes();
 }
@@ -289,6 +344,7 @@ Batch AttentionTwin::resolve(Case& c) const {
   b.table = &c.tensor("block_table");
   b.o = &c.tensor("o");
   b.lse = &c.tensor("lse");
+  if (c.has("k_new")) b.k_new = &c.tensor("k_new"), b.v_new = &c.tensor("v_new");
   b.seq_lens = load_ints(c.tensor("seq_lens"));
   b.query_start = load_ints(c.tensor("query_start_loc"));
   b.act = b.o->dtype();
@@ -729,6 +785,74 @@ float AttentionTwin::ll4mi_row(const Batch& b, const Plan& pl, const Row& r, flo
   return m + std::log(g);
 }
 
+// ---- ROCM_AITER_FA prefill/extend
+
+// Context rows [0, ctx) as cp_mha_gather_cache writes them to the act workspace (fp8: `(k.to(fp32) *
+// k_scale).to(kv_dtype)`, a second quantisation of the dequantised value (defect context_requantised;
+// repaired: rounded to act); otherwise the stored value, no scale), and the new tokens' rows from the inputs.
+void AttentionTwin::extend_panels(const Batch& b, std::int64_t s, std::int64_t g, Panel& context,
+                                  Panel& fresh) const {
+  const std::int64_t q0 = b.query_start[s], ql = b.query_start[s + 1] - q0;
+  context.valid = context.rows = b.seq_lens[static_cast<std::size_t>(s)] - ql;
+  gather_one(b, *b.k, b.p->k_scale, s, g, context.k, context.rows);
+  gather_one(b, *b.v, b.p->v_scale, s, g, context.v, context.rows);
+  const DType kv = b.k->dtype();
+  if (is_fp8(kv)) {
+    const DType to = k_.context_requantised ? kv : b.act;
+    const auto requantise = [to](std::vector<float>& x, double scale) {
+      for (float& e : x) e = static_cast<float>(round_to(to, e * static_cast<float>(scale)));
+    };
+    requantise(context.k, b.p->k_scale);
+    requantise(context.v, b.p->v_scale);
+  }
+  fresh.valid = fresh.rows = ql;
+  for (const auto& [input, out] : {std::pair{b.k_new, &fresh.k}, std::pair{b.v_new, &fresh.v}}) {
+    out->resize(static_cast<std::size_t>(ql * b.d));
+    const Shape& st = input->strides();
+    for (std::int64_t j = 0; j < ql; ++j)
+      load_run(*input->storage(), input->offset() + (q0 + j) * st[0] + g * st[1], st[2], b.d,
+               out->data() + j * b.d);
+  }
+}
+
+// One prefill/extend sequence: per row, the new tokens attended causally (flash_attn_varlen_func on the
+// inputs), the context non-causally (on the gathered workspace), both o in act and merged by
+// merge_attn_states (context as the prefix); a prefill (no context) is the first pass alone. The kernels
+// write no LSE for the caller: the twin reports the merge's (or the pass's).
+void AttentionTwin::extend_sequence(const Batch& b, std::int64_t s) const {
+  const std::int64_t q0 = b.query_start[s], ql = b.query_start[s + 1] - q0;
+  const std::int64_t ctx = b.seq_lens[static_cast<std::size_t>(s)] - ql, w = b.p->window;
+  const float qk_log2 = static_cast<float>(b.p->scale) * kLog2e;
+  Panel context, fresh;
+  std::vector<float> q(static_cast<std::size_t>(b.d)), out(q.size());
+  const Shape &qs = b.q->strides(), &os = b.o->strides();
+  for (std::int64_t g = 0; g < b.hkv; ++g) {
+    extend_panels(b, s, g, context, fresh);
+    for (std::int64_t h = g * (b.hq / b.hkv); h < (g + 1) * (b.hq / b.hkv); ++h) {
+      for (std::int64_t j = 0; j < ql; ++j) {
+        const std::int64_t tok = q0 + j;
+        load_run(*b.q->storage(), b.q->offset() + tok * qs[0] + h * qs[1], qs[2], b.d, q.data());
+        const std::int64_t lo =
+            w > 0 ? std::max<std::int64_t>(0, j - w + 1) : 0;  // w > 0 only without context
+        const FaPartial suffix =
+            fa_varlen_row(b.act, q.data(), fresh.k.data(), fresh.v.data(), b.d, lo, j, qk_log2, k_.fa_tile);
+        float lse = suffix.lse;
+        if (ctx > 0) {
+          const FaPartial prefix = fa_varlen_row(b.act, q.data(), context.k.data(), context.v.data(), b.d, 0,
+                                                 ctx - 1, qk_log2, k_.fa_tile);
+          lse = merge_attn_states_row(b.act, prefix, suffix, out.data());
+        } else {
+          out = suffix.o;
+        }
+        const std::int64_t base = b.o->offset() + tok * os[0] + h * os[1];
+        for (std::int64_t i = 0; i < b.d; ++i)
+          store(*b.o->storage(), base + i * os[2], out[static_cast<std::size_t>(i)]);
+        store(*b.lse->storage(), b.lse->index({tok, h}), lse);
+      }
+    }
+  }
+}
+
 float AttentionTwin::compute_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h,
                                  float* out) const {
   switch (k_.schedule) {
@@ -750,6 +874,10 @@ void AttentionTwin::run(Case& c) const {
   for (std::int64_t s = 0; s < b.num_seqs; ++s) {
     const std::int64_t q0 = b.query_start[s], qlen = b.query_start[s + 1] - q0;
     if (qlen == 0) continue;
+    if (k_.aiter_fa_extend && qlen > 1) {
+      extend_sequence(b, s);
+      continue;
+    }
     for (std::int64_t g = 0; g < b.hkv; ++g) {
       gather(b, pl, s, g, panel);
       for (std::int64_t h = 0; h < b.hq; ++h) {

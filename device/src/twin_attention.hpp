@@ -97,6 +97,16 @@ struct AttnKernel {
   // aiter: scale * log2(e) * k_scale formed in the kernel (2D: scale * log2(e) a constexpr folded in double,
   // then * k_scale in fp32; 3D: all in fp32).
   bool scale_folded_in_fp32 = false;
+  // ---- ROCM_AITER_FA's prefill/extend path (rows of sequences with query length > 1): the new tokens'
+  // K/V from the k_new / v_new inputs, attended causally by one flash_attn_varlen pass; with a context, the
+  // context gathered by cp_mha_gather_cache (fp8: re-quantised, act(fp8(fp32(k) * k_scale))) and attended
+  // non-causally by a second pass; both outputs rounded to act and combined by merge_attn_states.
+  bool aiter_fa_extend = false;
+  // The gather's `.to(k_dtype)` casts the dequantised context back to the cache's fp8 dtype before the act
+  // workspace stores it: a second fp8 rounding (up to 2^-4 relative for e4m3) of every context key and value
+  // unless the scale is a power of two. Repaired, the dequantised value is rounded to act once.
+  bool context_requantised = false;
+  std::int64_t fa_tile = 128;  // keys per tile of the FlashAttention passes (CK's kN0 for these head sizes)
   // What the kernel accepts (supports()).
   std::vector<std::int64_t> block_sizes;  // empty: any multiple of 16
   std::vector<std::int64_t> head_dims;    // empty: any in [min_head_dim, max_head_dim]
