@@ -32,9 +32,12 @@ OPS = {
     ),
     "attention": OpSpec(
         "attention",
-        inputs=("q", "k_cache", "v_cache", "block_table", "seq_lens", "query_start_loc", "sinks"),
+        inputs=(
+            "q", "k_cache", "v_cache", "block_table", "seq_lens", "query_start_loc", "sinks", "k_new", "v_new",
+        ),
         outputs=("o", "lse"),
-        optional=("sinks",),
+        # k_new / v_new reach only workers whose numerics declare new_kv = "inputs" (docs/PROTOCOL.md).
+        optional=("sinks", "k_new", "v_new"),
         params={
             "num_q_heads": int,
             "num_kv_heads": int,

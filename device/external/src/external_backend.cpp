@@ -141,8 +141,9 @@ class ExternalBackend final : public Backend {
     return s;
   }
 
-  Support supports(const Case& c) const override {
-    if (Support s = d_.supports.check(c, who_); !s.ok) return s;
+  Support supports(const Case& full) const override {
+    if (Support s = d_.supports.check(full, who_); !s.ok) return s;
+    const Case c = sent(full);
     if (!link_.hello().supports_round_trip) return Support::yes();
     std::string key = case_text(c, nullptr);
     if (memo.backend == this && memo.key == key) return memo.fault ? Support::yes() : memo.answer;
@@ -155,7 +156,8 @@ class ExternalBackend final : public Backend {
     return memo.answer;
   }
 
-  void run(Case& c) const override {
+  void run(Case& full) const override {
+    Case c = sent(full);  // views of full's storages: the worker's outputs land in full
     if (memo.backend == this && memo.fault && memo.key == case_text(c, nullptr)) {
       const BackendFault f = *memo.fault;
       memo = {};
@@ -165,6 +167,17 @@ class ExternalBackend final : public Backend {
   }
 
  private:
+  // The case as the worker gets it: a worker that reads the new tokens' K/V from the cache (numerics new_kv
+  // "cache", the default) is not sent the k_new / v_new inputs, so workers written before those inputs
+  // existed (python/driftcheck rejects tensors it does not know) keep working.
+  Case sent(const Case& c) const {
+    Case out;
+    out.op = c.op, out.params = c.params, out.seed = c.seed, out.index = c.index;
+    out.tensors = c.tensors;
+    if (d_.numerics.new_kv == NewKv::kCache) out.tensors.erase("k_new"), out.tensors.erase("v_new");
+    return out;
+  }
+
   BackendDecl d_;
   std::string who_, description_;
   mutable WorkerLink link_;
