@@ -6,16 +6,21 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.hpp"
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/fuzz/corpus.hpp"
+#include "driftcheck/fuzz/golden.hpp"
+#include "driftcheck/fuzz/input_error.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/sha256.hpp"
@@ -364,6 +369,52 @@ TEST(GoldenCli, ShaMismatchIsBadInputAndAMovedReferenceSaysExactlyHowItMoved) {
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("field 'tensors.ref.out.shape': expected an integer, got number"), std::string::npos)
       << r.err;
+}
+
+// The metadata reader (NAME.json) takes every committed file, and rejects each malformed field with one line
+// that names the file and the field, before any tensors file is opened: a tensors_file outside the golden
+// directory included.
+TEST(GoldenMetadata, EveryMalformedFieldIsOneLineNamingFileAndField) {
+  const fs::path dir = fs::path(DRIFTCHECK_SOURCE_DIR) / "golden";
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    ++files;
+    const GoldenMetadata m = parse_golden_metadata(slurp(e.path()), e.path());
+    EXPECT_EQ(m.name + ".json", e.path().filename().string());
+    EXPECT_EQ(m.tensors_file, m.name + ".safetensors");
+    EXPECT_FALSE(m.tensors.empty());
+  }
+  EXPECT_GE(files, 10);
+  const json valid = json::parse(slurp(dir / "dual_h4096_bf16.json"));
+  const std::string tensor = valid["tensors"].begin().key();
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["name"] = 7; }, "field 'name': expected a string"},
+      {[](json& j) { j.erase("description"); }, "field 'description'"},
+      {[](json& j) { j["format_version"] = "1"; }, "format version \"1\" (this driftcheck reads 1)"},
+      {[](json& j) { j["spec"]["hidden"] = "wide"; }, "hidden"},
+      {[](json& j) { j["tensors_file"] = "../../etc/passwd"; }, "field 'tensors_file'"},
+      {[](json& j) { j["tensors"] = json::array(); }, "field 'tensors'"},
+      {[&](json& j) { j["tensors"][tensor] = 1; }, "field 'tensors." + tensor + "'"},
+      {[&](json& j) { j["tensors"][tensor]["dtype"] = "bf17"; }, "field 'tensors." + tensor + ".dtype'"},
+      {[&](json& j) { j["tensors"][tensor]["shape"][0] = -4; }, "field 'tensors." + tensor + ".shape'"},
+      {[&](json& j) { j["tensors"][tensor]["sha256"] = "ABC"; }, "field 'tensors." + tensor + ".sha256'"},
+      {[](json& j) { j = json::array(); }, "not a JSON object"},
+  };
+  for (const auto& [edit, expected] : cases) {
+    json j = valid;
+    edit(j);
+    try {
+      (void)parse_golden_metadata(j.dump(), "golden/x.json");
+      ADD_FAILURE() << "accepted: " << j.dump();
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.kind(), "golden");
+      EXPECT_TRUE(what.starts_with("golden/x.json: ")) << what;
+      EXPECT_NE(what.find(expected), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
 }
 
 // examples/gate: a gate on a kernel outside driftcheck (the NumPy RMSNorm worker) passes with its committed

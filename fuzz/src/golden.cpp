@@ -5,7 +5,6 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
-#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -95,59 +94,49 @@ Written render(const GoldenDefinition& d) {
   return w;
 }
 
-json read_metadata(const fs::path& file) {
-  const json j = json::parse(slurp(file), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) fail(file, "not a JSON object");
-  if (const std::string problem = format_problem(j, kGoldenFormatName, kGoldenFormatVersion);
-      !problem.empty())
-    fail(file, problem);
-  return j;
+GoldenMetadata::TensorEntry tensor_entry(const json& e) {
+  GoldenMetadata::TensorEntry t;
+  const std::string dtype = string_field(e, "dtype");
+  if (!parse_dtype(dtype, &t.dtype)) throw FieldError("dtype", fmt::format("unknown dtype '{}'", dtype));
+  for (const auto& extent : array_field(e, "shape")) t.shape.push_back(int_value(extent, "shape", 0));
+  t.sha256 = string_field(e, "sha256");
+  if (t.sha256.size() != 64 || t.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw FieldError("sha256", "expected 64 lower-case hex digits");
+  return t;
 }
 
 // Every tensor of the file as the metadata describes it, and nothing else.
-void check_tensors(const fs::path& meta, const fs::path& file, const json& listed,
+void check_tensors(const fs::path& meta, const fs::path& file, const GoldenMetadata& m,
                    const io::Safetensors& st) {
-  for (const auto& item : listed.items()) {
-    const std::string& name = item.key();
-    const json& e = item.value();
+  const std::string listed_in = meta.filename().string();
+  for (const auto& [name, e] : m.tensors) {
     const auto it = st.tensors.find(name);
-    if (it == st.tensors.end())
-      fail(file, fmt::format("tensor {} listed in {} is missing", name, meta.filename().string()));
+    if (it == st.tensors.end()) fail(file, fmt::format("tensor {} listed in {} is missing", name, listed_in));
     const io::StTensor& t = it->second;
-    const auto [dtype, shape, listed_sha] = within_field(fmt::format("tensors.{}", name), [&] {
-      Shape s;
-      for (const auto& d : array_field(e, "shape")) s.push_back(int_value(d, "shape", 0));
-      return std::tuple(string_field(e, "dtype"), s, string_field(e, "sha256"));
-    });
-    if (dtype != dtype_name(t.data->dtype) || shape != t.shape)
+    if (e.dtype != t.data->dtype || e.shape != t.shape)
       fail(file, fmt::format("tensor {} is {}{} but {} says {}{}", name, dtype_name(t.data->dtype),
-                             json(t.shape).dump(), meta.filename().string(), dtype, json(shape).dump()));
+                             json(t.shape).dump(), listed_in, dtype_name(e.dtype), json(e.shape).dump()));
     const std::string sha = sha256_of(t);
-    if (sha != listed_sha)
-      fail(file, fmt::format("tensor {}: SHA-256 {} does not match {}'s {}", name, sha,
-                             meta.filename().string(), listed_sha));
+    if (sha != e.sha256)
+      fail(file, fmt::format("tensor {}: SHA-256 {} does not match {}'s {}", name, sha, listed_in, e.sha256));
   }
   for (const auto& [name, t] : st.tensors)
-    if (!listed.contains(name))
-      fail(file, fmt::format("tensor {} is not listed in {}", name, meta.filename().string()));
+    if (!m.tensors.count(name)) fail(file, fmt::format("tensor {} is not listed in {}", name, listed_in));
 }
 
 GoldenCase load_one(const fs::path& meta) {
-  const json j = read_metadata(meta);
+  const GoldenMetadata m = parse_golden_metadata(slurp(meta), meta);
   GoldenCase g;
-  g.metadata = meta;
-  fs::path file;
+  g.metadata = meta, g.name = m.name, g.description = m.description, g.spec = m.spec;
+  const fs::path file = meta.parent_path() / m.tensors_file;
+  io::Safetensors st;
   try {
-    g.name = string_field(j, "name"), g.description = string_field(j, "description");
-    g.spec = json_field(j, "spec").get<CaseSpec>();
-    file = meta.parent_path() / string_field(j, "tensors_file");
-    io::Safetensors st;
-    try {
-      st = io::read_safetensors(file);
-    } catch (const io::SafetensorsError& e) {
-      throw InputError("golden", e.what());
-    }
-    check_tensors(meta, file, object_field(j, "tensors"), st);
+    st = io::read_safetensors(file);
+  } catch (const io::SafetensorsError& e) {
+    throw InputError("golden", e.what());
+  }
+  check_tensors(meta, file, m, st);
+  try {
     g.pristine = materialize(g.spec);
     // Files written before the cases carried the new tokens' K/V inputs: derived from the stored caches.
     const bool derive_new_kv = g.spec.op == OpKind::kAttention && !st.tensors.count("k_new");
@@ -166,8 +155,6 @@ GoldenCase load_one(const fs::path& meta) {
       if (name.starts_with(kRefPrefix)) g.reference[name.substr(kRefPrefix.size())] = t.view();
     if (derive_new_kv) add_new_kv(g.pristine, g.spec.value_seed);
     validate(g.pristine);
-  } catch (const FieldError& e) {
-    fail(meta, e.what());
   } catch (const InvalidArgument& e) {
     fail(meta, e.what());
   }
@@ -216,6 +203,37 @@ std::string output_change(const std::string& name, const Tensor& stored, const T
 }
 
 }  // namespace
+
+GoldenMetadata parse_golden_metadata(std::string_view text, const fs::path& file) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) fail(file, "not a JSON object");
+  GoldenMetadata m;
+  try {
+    if (const std::string problem = format_problem(j, kGoldenFormatName, kGoldenFormatVersion);
+        !problem.empty())
+      fail(file, problem);
+    m.name = string_field(j, "name"), m.description = string_field(j, "description");
+    m.spec = json_field(j, "spec").get<CaseSpec>();
+    m.tensors_file = string_field(j, "tensors_file");
+    // A file beside NAME.json: a path elsewhere (../x) would make the golden directory read outside itself.
+    if (m.tensors_file.empty() || m.tensors_file.find('/') != std::string::npos || m.tensors_file == "." ||
+        m.tensors_file == "..")
+      throw FieldError("tensors_file", "expected a file name in the same directory");
+    for (const auto& [name, e] : object_field(j, "tensors").items()) {
+      const std::string field = "tensors." + name;
+      // A named reference: clang before 16, which builds the libFuzzer targets, cannot capture a binding.
+      const json& entry = e;
+      if (!entry.is_object())
+        throw FieldError(field, fmt::format("expected an object, got {}", entry.type_name()));
+      m.tensors[name] = within_field(field, [&entry] { return tensor_entry(entry); });
+    }
+  } catch (const FieldError& e) {
+    fail(file, e.what());
+  } catch (const InvalidArgument& e) {  // CaseSpec's from_json names the spec field
+    fail(file, e.what());
+  }
+  return m;
+}
 
 std::vector<GoldenCase> load_golden(const fs::path& dir, const std::vector<std::string>& names) {
   if (!fs::is_directory(dir)) fail(dir, "not a directory");

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,23 @@ struct GoldenCase {
   Case pristine;      // the stored inputs in the spec's layout (outputs poisoned, guard bands around them)
   Outputs reference;  // the stored fp64 reference outputs
 };
+
+// NAME.json as read, before its tensors file is opened: every field checked for type and value.
+struct GoldenMetadata {
+  struct TensorEntry {
+    DType dtype = DType::kF64;
+    Shape shape;
+    std::string sha256;  // 64 lower-case hex digits
+  };
+  std::string name;
+  std::string description;
+  CaseSpec spec;
+  std::string tensors_file;  // a file name in the same directory (no directory part)
+  std::map<std::string, TensorEntry> tensors;
+};
+// Parses the text of a NAME.json; `file` names it in errors. Throws InputError("golden", "FILE: problem")
+// naming the field for anything that is not a golden metadata file of this version.
+GoldenMetadata parse_golden_metadata(std::string_view text, const std::filesystem::path& file);
 
 // Reads every case of `dir` (or only `names`), checking format, version, and every tensor's dtype, shape and
 // SHA-256 against the metadata. Throws InputError("golden", "FILE: problem") naming the first mismatch.
