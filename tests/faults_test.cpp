@@ -7,6 +7,8 @@
 
 #include <sys/mount.h>
 
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <random>
 #include <set>
@@ -318,6 +320,103 @@ TEST(Signals, SigtermInDiscoveryThenASecondOneAndResume) {
   const Outcome resumed = run(resume_args(dir, "40"));
   EXPECT_EQ(resumed.code, 1) << resumed.err;
   expect_every_bundle_written(dir);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Signals while a case takes minutes: the slow test plugin (tests/plugins/test_plugin.c) sleeps 600 s in the
+// run call whose number DC_TEST_PLUGIN_SLOW_CALL names, the way a 128k-token attention case computes for
+// minutes; it also fails rows >= 3, so it has findings to shrink. Without the grace period the process would
+// wait for the call; with it, it exits a grace after the signal, leaving that thread behind.
+
+const std::string kWithSlowPlugin = "plugin.test_concat," + kCheapMutants;
+
+std::vector<std::string> with_slow_plugin(std::vector<std::string> args, const std::string& grace) {
+  args.insert(args.begin() + 1, {"--plugin", DRIFTCHECK_SLOW_PLUGIN, "--grace-seconds", grace});
+  return args;
+}
+
+// The uninterrupted campaign with the slow plugin (never slow here): its directory, and the numbers of the
+// plugin's first run call and of its first call in the grouping phase (deterministic with one job).
+struct SlowReference {
+  fs::path dir;
+  int discovery_call = 0, grouping_call = 0;
+};
+const SlowReference& slow_reference() {
+  static const SlowReference ref = [] {
+    SlowReference r{fresh("slow_reference")};
+    const Outcome o = run(with_slow_plugin(fuzz_args(r.dir, kWithSlowPlugin, "24"), "5"),
+                          with_env("DC_TEST_PLUGIN_COUNT=1"));
+    EXPECT_EQ(o.code, 1) << o.err;
+    const auto grouping = o.err.find("grouping");
+    for (const auto& line : lines_of(o.err)) {
+      int call = 0;
+      if (std::sscanf(line.c_str(), "test plugin: call %d", &call) != 1) continue;
+      if (r.discovery_call == 0) r.discovery_call = call + 3;  // a few cases into the stream
+      if (r.grouping_call == 0 && o.err.find(line + "\n", grouping) != std::string::npos)
+        r.grouping_call = call;
+    }
+    EXPECT_GT(r.discovery_call, 3) << o.err;
+    EXPECT_GT(r.grouping_call, r.discovery_call) << "the slow plugin has nothing to shrink: " << o.err;
+    return r;
+  }();
+  return ref;
+}
+
+// Starts the campaign with the plugin's call `call` slow, waits until that call sleeps, sends `signals`
+// (apart, so they are not merged into one), and returns the outcome and the seconds from the first signal to
+// the exit.
+std::pair<Outcome, double> interrupt_slow_case(const fs::path& dir, int call, const std::string& grace,
+                                               const std::vector<int>& signals) {
+  Child c(with_slow_plugin(fuzz_args(dir, kWithSlowPlugin, "24"), grace),
+          with_env("DC_TEST_PLUGIN_SLOW_CALL=" + std::to_string(call)));
+  EXPECT_TRUE(c.wait_for_err("sleeps", 600)) << c.err_so_far();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const int sig : signals) {
+    c.signal(sig);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  Outcome o = c.wait(900);
+  return {o, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+// What every interrupted run must leave: a report of what was recorded (its findings' bundles whole), a stuck
+// discovery case not counted, and a --resume (the plugin fast again) that finishes the very campaign an
+// uninterrupted run makes.
+void expect_interrupted_then_resumed(const fs::path& dir, const Outcome& o, bool in_discovery) {
+  EXPECT_EQ(o.signal, 0) << "killed by signal " << o.signal;
+  EXPECT_EQ(o.code, 1) << o.err;  // the mutants' findings recorded before the signal
+  EXPECT_NE(o.err.find("abandoned"), std::string::npos) << o.err;
+  EXPECT_EQ(report_of(dir).at("cases").get<int>() < 24, in_discovery);
+  expect_every_bundle_written(dir);
+  auto resume = resume_args(dir, "24");
+  resume.insert(resume.begin() + 1, {"--plugin", DRIFTCHECK_SLOW_PLUGIN});
+  const Outcome resumed = run(resume);
+  EXPECT_EQ(resumed.code, 1) << resumed.err;
+  expect_same_campaign(slow_reference().dir, dir);
+}
+
+TEST(Signals, SigtermWhileACaseTakesMinutesEndsAGraceLater) {
+  const auto dir = fresh("sigterm_slow_case");
+  const auto [o, seconds] = interrupt_slow_case(dir, slow_reference().discovery_call, "2", {SIGTERM});
+  // 2 s of grace, then the report: well under the 600 s the call takes (the margin is for a loaded machine).
+  EXPECT_LT(seconds, 2 + 20) << o.err;
+  expect_interrupted_then_resumed(dir, o, true);
+}
+
+TEST(Signals, ASecondSignalEndsTheGraceAtOnce) {
+  const auto dir = fresh("sigterm_twice_slow_case");
+  const auto [o, seconds] =
+      interrupt_slow_case(dir, slow_reference().discovery_call, "600", {SIGTERM, SIGINT});
+  EXPECT_LT(seconds, 20) << o.err;  // not the 600 s of grace
+  expect_interrupted_then_resumed(dir, o, true);
+}
+
+TEST(Signals, CtrlCWhileAShrinkCandidateTakesMinutes) {
+  const auto dir = fresh("sigint_slow_shrink");
+  const auto [o, seconds] = interrupt_slow_case(dir, slow_reference().grouping_call, "2", {SIGINT});
+  EXPECT_LT(seconds, 2 + 20) << o.err;
+  EXPECT_LT(group_ids(dir).size(), group_ids(slow_reference().dir).size());
+  expect_interrupted_then_resumed(dir, o, false);
 }
 
 TEST(Signals, AClosedStderrDoesNotKillTheRunOrLoseTheReport) {

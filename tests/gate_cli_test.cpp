@@ -24,6 +24,7 @@
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/sha256.hpp"
+#include "driftcheck_process.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -369,6 +370,39 @@ TEST(GoldenCli, ShaMismatchIsBadInputAndAMovedReferenceSaysExactlyHowItMoved) {
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("field 'tensors.ref.out.shape': expected an integer, got number"), std::string::npos)
       << r.err;
+}
+
+// Ctrl-C / SIGTERM while the gate's campaign is inside a case that takes minutes (the slow test plugin sleeps
+// 600 s in its third run call): the gate ends a grace after the signal with exit 1, no verdict ("interrupted"
+// in gate.json), and `baseline update` refuses the run.
+TEST(GateCli, ASignalWhileACaseTakesMinutesEndsTheGateWithoutAVerdict) {
+  const fs::path d = scratch() / "interrupted";
+  fs::create_directories(d);
+  spit(d / "gate.toml",
+       "format_version = 1\n[gate]\nops = [\"concat\"]\nbackends = [\"plugin.test_concat\"]\nseed = 5\n"
+       "cases = 40\nbaseline = \"baseline.json\"\n");
+  driftcheck::testing::ChildOptions o;
+  o.env.push_back("DC_TEST_PLUGIN_SLOW_CALL=3");
+  driftcheck::testing::Child c(
+      {"gate", "--plugin", DRIFTCHECK_SLOW_PLUGIN, "--config", (d / "gate.toml").string(), "--out",
+       (d / "out").string(), "--grace-seconds", "1"},
+      o);
+  ASSERT_TRUE(c.wait_for_err("sleeps", 600)) << c.err_so_far();
+  const auto t0 = std::chrono::steady_clock::now();
+  c.signal(SIGTERM);
+  const auto r = c.wait(900);
+  // 1 s of grace, then the outputs: well under the 600 s the call takes (the margin is for a loaded machine).
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1 + 20) << r.err;
+  EXPECT_EQ(r.code, 1) << r.err;
+  const json g = json::parse(slurp(d / "out/gate.json"));
+  const auto& errors = g.at("errors");
+  EXPECT_TRUE(std::any_of(errors.begin(), errors.end(), [](const json& e) {
+    return e.get<std::string>().starts_with("interrupted");
+  })) << errors;
+  const Outcome u = driftcheck_plain("baseline update --config " + (d / "gate.toml").string() + " --out " +
+                                     (d / "out").string());
+  EXPECT_EQ(u.code, 2) << u.err;
+  EXPECT_NE(u.err.find("interrupted run"), std::string::npos) << u.err;
 }
 
 // The metadata reader (NAME.json) takes every committed file, and rejects each malformed field with one line

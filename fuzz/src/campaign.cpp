@@ -9,7 +9,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <ostream>
@@ -53,10 +55,15 @@ void add_drift(reports::DriftStats& d, std::uint64_t index, const Evaluation& e)
         bias, share);
 }
 
-class Campaign {
+// Shared by the threads that run its cases: one stuck in a case after an interrupt's grace is abandoned and
+// keeps the campaign alive (CampaignResult::abandoned).
+class Campaign : public std::enable_shared_from_this<Campaign> {
  public:
-  Campaign(CampaignOptions opts, Selection sel, const CampaignDir& dir)
-      : opts_(std::move(opts)), sel_(std::move(sel)), dir_(dir), findings_(dir.path(), opts_.gen.model) {
+  Campaign(CampaignOptions opts, Selection sel, std::shared_ptr<const CampaignDir> dir)
+      : opts_(std::move(opts)),
+        sel_(std::move(sel)),
+        dir_(std::move(dir)),
+        findings_(dir_->path(), opts_.gen.model) {
     // A backend named exactly but unavailable here stays selected (it must fail as zero-case) but never runs.
     std::string why;
     for (const Backend* b : sel_.backends)
@@ -70,6 +77,8 @@ class Campaign {
   void repair_bundles();
   void discover();
   void start_workers(ThreadGroup& threads);
+  void in_own_thread(const std::function<void(Campaign&)>& work);
+  void abandon(int threads);
   void worker();
   void run_case(std::uint64_t local);
   void judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
@@ -78,7 +87,7 @@ class Campaign {
   void statistical_class_findings();
   void commit(std::uint64_t k, Stats s);
   void checkpoint();
-  void monitor();
+  void monitor(ThreadGroup& workers);
   void fail_io(const std::system_error& e);
   bool failed() const;
   void absorb(PhaseResult r);
@@ -94,7 +103,7 @@ class Campaign {
 
   CampaignOptions opts_;
   Selection sel_;
-  const CampaignDir& dir_;
+  std::shared_ptr<const CampaignDir> dir_;
   bool resumed_ = false;
   std::map<OpKind, std::vector<const Backend*>> by_op_;
   std::optional<Journal> journal_;
@@ -104,8 +113,8 @@ class Campaign {
 
   std::atomic<std::uint64_t> next_index_{0};  // this shard's cases: local index j is case shard.case_index(j)
   std::atomic<bool> stop_{false};
-  std::atomic<int> live_workers_{0};
   std::atomic<std::int64_t> live_cases_{0}, live_checks_{0};
+  int abandoned_ = 0;  // threads left in a case by an interrupt (main thread only)
 
   mutable std::mutex mu_;        // guards everything below
   std::uint64_t watermark_ = 0;  // every local index below it is done and folded into committed_
@@ -113,10 +122,11 @@ class Campaign {
   Stats committed_;
   std::vector<std::string> internal_errors_;  // internal errors and the failed write that stopped the run
   bool io_failed_ = false;
+  bool sealed_ = false;  // abandoned threads' cases are no longer committed
 };
 
 void Campaign::open_journal() {
-  const auto path = dir_.journal();
+  const auto path = dir_->journal();
   JournalContents contents;
   bool exists = std::filesystem::exists(path);
   if (exists) contents = read_journal(path);
@@ -152,14 +162,39 @@ void Campaign::open_journal() {
 // deleted findings/) left: a missing or outdated bundle is noticed and written again from the stream.
 void Campaign::repair_bundles() {
   if (opts_.log)
-    for (const auto& line : dir_.repairs()) *opts_.log << "driftcheck: " << line << "\n";
+    for (const auto& line : dir_->repairs()) *opts_.log << "driftcheck: " << line << "\n";
   const std::vector<std::string> redo = findings_.verify_bundles();
   if (!redo.empty() && opts_.log)
     *opts_.log << fmt::format(
         "driftcheck: warning: {} journaled bundle{} missing or out of date (first: findings/{}); "
         "writing {} again\n",
         redo.size(), redo.size() == 1 ? " is" : "s are", redo.front(), redo.size() == 1 ? "it" : "them");
-  absorb(bundle_unbundled(findings_, opts_));
+  // Each bundle redraws and evaluates its case again: a huge one can take minutes.
+  in_own_thread([](Campaign& c) { c.absorb(bundle_unbundled(c.findings_, c.opts_)); });
+}
+
+// Runs `work` on a thread of its own, which an interrupt's grace can abandon; here when no thread can be
+// created.
+void Campaign::in_own_thread(const std::function<void(Campaign&)>& work) {
+  ThreadGroup thread([] {});
+  std::string why;
+  if (!thread.start([self = shared_from_this(), work] { work(*self); }, &why)) {
+    work(*this);
+    return;
+  }
+  int left = 0;
+  if (!thread.wait(opts_.interrupt, opts_.grace_seconds, {}, &left)) abandon(left);
+}
+
+// An interrupt's grace ran out with `threads` still inside a case: what they would still record is sealed off
+// (a bundle or record being written completes first), so the journal and the report are finalised from what
+// was recorded. Their cases stay uncommitted: the last checkpoint stops below them and --resume redraws them.
+void Campaign::abandon(int threads) {
+  abandoned_ += threads;
+  findings_.seal();
+  std::lock_guard lock(mu_);
+  sealed_ = true;
+  stop_ = true;
 }
 
 int Campaign::jobs() const {
@@ -213,6 +248,7 @@ bool Campaign::failed() const {
 }
 
 void Campaign::absorb(PhaseResult r) {
+  if (r.abandoned > 0) abandon(r.abandoned);
   if (r.io_error) {
     try {
       std::rethrow_exception(r.io_error);
@@ -359,6 +395,7 @@ std::string Campaign::on_failure(const Backend& b, const CaseSpec& spec, const P
 // checkpoint's `completed` means "every case of this shard below it", which is what resume skips.
 void Campaign::commit(std::uint64_t local, Stats s) {
   std::lock_guard lock(mu_);
+  if (sealed_) return;
   pending_.emplace(local, std::move(s));
   while (!pending_.empty() && pending_.begin()->first == watermark_) {
     committed_.merge(pending_.begin()->second);
@@ -372,7 +409,7 @@ void Campaign::checkpoint() {
   journal_->append(progress_record({watermark_, elapsed(), committed_}));
 }
 
-void Campaign::monitor() {
+void Campaign::monitor(ThreadGroup& workers) {
   const auto base_cases = static_cast<std::int64_t>(watermark_);
   // A --seconds budget drives the fraction and ETA by the clock; a --cases budget by the case count.
   ProgressGoal goal;
@@ -385,12 +422,12 @@ void Campaign::monitor() {
   const auto note = [&] {
     return fmt::format("{} checks, {} findings", live_checks_.load(), findings_.size());
   };
-  while (live_workers_ > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto tick = [&] {
     const double t = seconds_since(start);
     if (t - last_checkpoint >= opts_.checkpoint_seconds) checkpoint(), last_checkpoint = t;
     progress.update(static_cast<double>(live_cases_.load()), note(), findings_.size() > 0);
-  }
+  };
+  if (int left = 0; !workers.wait(opts_.interrupt, opts_.grace_seconds, tick, &left)) abandon(left);
   progress.finish(static_cast<double>(live_cases_.load()), note(), findings_.size() > 0);
 }
 
@@ -408,7 +445,7 @@ void Campaign::discover() {
   ThreadGroup threads([this] { stop_ = true; });
   start_workers(threads);
   try {
-    monitor();
+    monitor(threads);
   } catch (const std::system_error& e) {
     fail_io(e);
   }
@@ -419,15 +456,7 @@ void Campaign::start_workers(ThreadGroup& threads) {
   const int wanted = sel_.ops.empty() ? 0 : jobs();
   std::string why;
   for (int i = 0; i < wanted; ++i) {
-    ++live_workers_;
-    if (threads.start(
-            [this] {
-              worker();
-              --live_workers_;
-            },
-            &why))
-      continue;
-    --live_workers_;
+    if (threads.start([self = shared_from_this()] { self->worker(); }, &why)) continue;
     if (i == 0) {
       std::lock_guard lock(mu_);
       internal_errors_.push_back(fmt::format("cannot start a worker thread: {}", why));
@@ -451,7 +480,7 @@ bool Campaign::finish(reports::Report& report) {
     if (!failed()) note(e);
   }
   try {
-    reports::write_reports(report, dir_.path());
+    reports::write_reports(report, dir_->path());
     return true;
   } catch (const std::system_error& e) {
     note(e);
@@ -470,20 +499,29 @@ CampaignResult Campaign::run() {
     fail_io(e);
   }
   if (!failed() && !interrupted()) {
-    try {
-      statistical_class_findings();
-    } catch (const std::system_error& e) {
-      fail_io(e);
-    } catch (const std::exception& e) {
-      std::lock_guard lock(mu_);
-      internal_errors_.push_back(fmt::format("internal error in the statistical class check: {}", e.what()));
-    }
+    // Each class beyond its bound evaluates a case again.
+    in_own_thread([](Campaign& c) {
+      try {
+        c.statistical_class_findings();
+      } catch (const std::system_error& e) {
+        c.fail_io(e);
+      } catch (const std::exception& e) {
+        std::lock_guard lock(c.mu_);
+        c.internal_errors_.push_back(
+            fmt::format("internal error in the statistical class check: {}", e.what()));
+      }
+    });
   }
-  if (!failed() && !interrupted()) absorb(group_phase(findings_, opts_, jobs()));
+  if (!failed() && !interrupted()) absorb(group_phase(findings_, opts_, jobs(), shared_from_this()));
+  if (abandoned_ > 0 && opts_.log)
+    *opts_.log << fmt::format(
+        "driftcheck: interrupted: {} thread{} still inside a case {} s after the signal; abandoned, not "
+        "recorded (--resume runs those cases again)\n",
+        abandoned_, abandoned_ == 1 ? " was" : "s were", opts_.grace_seconds);
   reports::Report report = build();
   const bool written = finish(report);
   print_summary(opts_, report, written);
-  return {report, report.exit_code};
+  return {report, report.exit_code, abandoned_};
 }
 
 }  // namespace
@@ -497,6 +535,8 @@ void check_options(const CampaignOptions& o) {
   if (o.shrink_seconds && !(std::isfinite(*o.shrink_seconds) && *o.shrink_seconds >= 0))
     throw UsageError("--shrink-seconds must be a finite number of seconds >= 0");
   if (o.jobs < 0) throw UsageError("--jobs must be >= 0");
+  if (!(std::isfinite(o.grace_seconds) && o.grace_seconds >= 0))
+    throw UsageError("--grace-seconds must be a finite number of seconds >= 0");
   if (o.out_dir.empty()) throw UsageError("--out must name a directory (it is empty)");
   if (!o.gen.model.empty() && find_model_profile(o.gen.model) == nullptr)
     throw UsageError(fmt::format("unknown model '{}' (models: {})", o.gen.model, model_profile_names()));
@@ -509,9 +549,9 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   check_options(opts);
   // A resumed campaign's stream comes from its journal, read under the directory's lock; a new one's
   // selection is checked before its directory is created.
-  std::optional<CampaignDir> dir;
+  std::shared_ptr<const CampaignDir> dir;
   if (opts.resume) {
-    dir.emplace(opts.out_dir);
+    dir = std::make_shared<const CampaignDir>(opts.out_dir);
     const Shard asked = opts.shard;
     apply_journal_header(opts);
     check_options(opts);
@@ -522,9 +562,8 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   if (!opts.seconds && !opts.cases) opts.seconds = kDefaultSeconds;
   if (opts.backends == nullptr) opts.backends = &registry();
   Selection sel = select_backends(*opts.backends, opts.ops, opts.backend_globs, opts.include_mutants);
-  if (!dir) dir.emplace(opts.out_dir);
-  Campaign campaign(std::move(opts), std::move(sel), *dir);
-  return campaign.run();
+  if (!dir) dir = std::make_shared<const CampaignDir>(opts.out_dir);
+  return std::make_shared<Campaign>(std::move(opts), std::move(sel), std::move(dir))->run();
 }
 
 CheckResult check_case(const Backend& backend, Case pristine) {

@@ -160,7 +160,14 @@ bool Findings::claim_drawn_bundle(const std::string& backend, const std::string&
   return n < kDrawnBundlesPerClass ? (++n, true) : false;
 }
 
+void Findings::seal() {
+  std::unique_lock lock(writes_);
+  sealed_ = true;
+}
+
 void Findings::add_group(GroupDef g, const CaseSpec& spec, const Case& pristine) {
+  std::shared_lock writing(writes_);
+  if (sealed_) return;
   g.bundle = "findings/" + g.id;
   const auto dir = out_dir_ / g.bundle;
   g.replay = fmt::format("driftcheck replay {}", dir.string());
@@ -210,6 +217,8 @@ std::vector<GroupDef> Findings::groups() const {
 }
 
 bool Findings::add(const std::string& signature, const reports::FindingReport& report) {
+  std::shared_lock writing(writes_);
+  if (sealed_) return false;
   std::lock_guard lock(mu_);
   if (by_signature_.count(signature)) return false;
   by_signature_[signature].report = report;
@@ -232,6 +241,8 @@ bool Findings::add(const std::string& signature, const reports::FindingReport& r
 
 void Findings::save_bundle(const std::string& signature, const Backend& b, const CaseSpec& spec,
                            const Case& pristine, const Evaluation& e) {
+  std::shared_lock writing(writes_);
+  if (sealed_) return;
   std::string id;
   std::uint64_t seed = 0, index = 0;
   {

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -96,6 +97,11 @@ class Findings {
   void add_group(GroupDef g, const CaseSpec& spec, const Case& pristine);
   std::vector<GroupDef> groups() const;
 
+  // Ends every write: waits for a bundle or record being written to complete, then makes add() return false
+  // and save_bundle() and add_group() do nothing. The campaign seals its findings before it finalises the
+  // journal and the report, so threads it abandoned in a case can never write after them.
+  void seal();
+
   std::optional<FindingState> find(const std::string& signature) const;
   std::map<std::string, FindingState> snapshot() const;  // by signature
   std::size_t size() const;
@@ -105,6 +111,9 @@ class Findings {
   std::string model_;
   Journal* journal_ = nullptr;
   mutable std::mutex mu_;
+  // Held shared by every write (bundle files and journal record together), exclusively by seal().
+  std::shared_mutex writes_;
+  bool sealed_ = false;  // guarded by writes_
   std::map<std::string, FindingState> by_signature_;
   std::map<std::string, int> drawn_bundles_;  // by "backend|verdict"
   std::vector<GroupDef> groups_;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <ostream>
 #include <set>
@@ -59,7 +60,7 @@ struct Budget {
   int max_tries;
   Clock::time_point shrink_until;  // the per-finding cap
   Clock::time_point deadline;      // the phase's
-  const std::atomic<bool>* interrupt;
+  const std::atomic<int>* interrupt;
   bool stopped() const { return Clock::now() >= deadline || (interrupt != nullptr && interrupt->load()); }
 };
 
@@ -111,7 +112,7 @@ Reduced reduce(const Backend& b, Verdict v, const CaseSpec& drawn, Attempt first
   return r;
 }
 
-class GroupPhase {
+class GroupPhase : public std::enable_shared_from_this<GroupPhase> {
  public:
   GroupPhase(Findings& findings, const CampaignOptions& opts) : findings_(findings), opts_(opts) {
     // Stream order (case index): discovery order with one job, and the same order when a resumed run found
@@ -127,19 +128,27 @@ class GroupPhase {
     }
   }
 
-  PhaseResult run(int jobs, double budget) {
+  PhaseResult run(int jobs, double budget, const std::shared_ptr<const void>& owner) {
     deadline_ = after(budget);
     if (opts_.log && !turns_.empty() && opts_.progress.mode != ProgressMode::kJson)
       *opts_.log << fmt::format(
           "grouping {} findings of {} backend/verdict classes by cause (budget {:.0f} s)\n", findings_.size(),
           turns_.size(), budget);
+    // Every shrink runs on a worker thread, which an interrupt's grace can abandon in a long candidate; this
+    // one does the work only when no thread can be created.
     ThreadGroup threads([this] { stop_ = true; });
     std::string why;
-    for (int i = 1; i < jobs; ++i)
-      if (!threads.start([this] { work(); }, &why)) break;  // fewer threads, same work
-    work();
-    threads.join();
-    return std::move(out_);
+    for (int i = 0; i < std::max(jobs, 1); ++i)
+      if (!threads.start([self = shared_from_this(), owner] { self->work(); }, &why)) break;
+    int abandoned = 0;
+    if (threads.size() == 0)
+      work();
+    else
+      threads.wait(opts_.interrupt, opts_.grace_seconds, {}, &abandoned);
+    std::lock_guard lock(mu_);
+    PhaseResult r = out_;  // a copy: an abandoned thread may still add to out_
+    r.abandoned = abandoned;
+    return r;
   }
 
  private:
@@ -281,10 +290,11 @@ reports::FindingGroup from_def(const GroupDef& d) {
 
 }  // namespace
 
-PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs) {
+PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs,
+                        std::shared_ptr<const void> owner) {
   const double budget = shrink_budget(opts);
   if (budget <= 0) return {};  // --shrink-seconds 0: findings stay ungrouped, each replayable
-  return GroupPhase(findings, opts).run(jobs, budget);
+  return std::make_shared<GroupPhase>(findings, opts)->run(jobs, budget, owner);
 }
 
 std::vector<reports::FindingGroup> report_groups(const std::map<std::string, FindingState>& findings,

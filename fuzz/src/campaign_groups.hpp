@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,11 @@ namespace driftcheck::fuzz {
 // After discovery, within shrink_budget(opts), on `jobs` threads: per (backend, verdict), the earliest
 // finding no group explains is shrunk (each within opts.shrink_seconds_per_finding) and ablated into a new
 // group with a representative bundle; classes take turns, so every class gets its first group before any
-// gets a second. Stops within one candidate of opts.interrupt, and at the first failed write.
-PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs);
+// gets a second. Stops within one candidate of opts.interrupt, and at the first failed write; a candidate
+// still being evaluated opts.grace_seconds after the interrupt is abandoned (PhaseResult::abandoned), its
+// thread keeping `owner` (what holds `findings` and `opts`) alive.
+PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs,
+                        std::shared_ptr<const void> owner);
 
 // The report's groups, worst first: each finding joins the most specific group of its (backend, verdict)
 // whose features its drawn case has (a representative always joins its own group); findings no group

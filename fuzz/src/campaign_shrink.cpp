@@ -71,7 +71,7 @@ EvalOptions checks_for(Verdict verdict) {
 // comes first in every pass, so a long batch loses its sequences and contexts before anything else is tried.
 Shrunk shrink(const Backend& b, Verdict verdict, const CaseSpec& drawn, Attempt first, std::uint64_t seed,
               std::uint64_t index, int max_tries, Clock::time_point deadline,
-              const std::atomic<bool>* interrupt, const std::vector<std::string>& avoid) {
+              const std::atomic<int>* interrupt, const std::vector<std::string>& avoid) {
   Shrunk out{drawn, std::move(first), {}};
   ShrinkCounts& n = out.counts;
   for (bool improved = true; improved;) {

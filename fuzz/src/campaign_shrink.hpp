@@ -60,7 +60,7 @@ struct Shrunk {
 // need.
 Shrunk shrink(const Backend& b, Verdict verdict, const CaseSpec& drawn, Attempt first, std::uint64_t seed,
               std::uint64_t index, int max_tries, Clock::time_point deadline,
-              const std::atomic<bool>* interrupt = nullptr, const std::vector<std::string>& avoid = {});
+              const std::atomic<int>* interrupt = nullptr, const std::vector<std::string>& avoid = {});
 
 // A finding's drawn case evaluated again on the backend the campaign judged it with (a mutant with its
 // twin's known upstream defects repaired); nullopt, with the reason in `why`, when the case no longer fails
@@ -79,6 +79,7 @@ std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOpt
 struct PhaseResult {
   std::vector<std::string> internal_errors;
   std::exception_ptr io_error;
+  int abandoned = 0;  // threads left inside a case by an interrupt (ThreadGroup::wait)
 };
 
 // Resume, before discovery: writes the bundle of the drawn case of every finding journaled without one (a

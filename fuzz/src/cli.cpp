@@ -28,6 +28,7 @@ struct FuzzArgs {
   std::optional<double> seconds;
   std::optional<std::uint64_t> cases;
   std::optional<double> shrink_seconds;
+  double grace_seconds = kDefaultGraceSeconds;
   std::uint64_t seed = 1;
   int jobs = 0;
   std::string out = "driftcheck-out";
@@ -107,13 +108,15 @@ std::string joined(int argc, const char* const* argv) {
   return s;
 }
 
-// Ctrl-C or SIGTERM ends a campaign cleanly (report written); a second one kills it, which the journal
-// survives.
-std::atomic<bool> interrupted{false};
+// Ctrl-C or SIGTERM ends a campaign cleanly (report written): the first gives the cases in flight a grace
+// period, the second ends them at once (CampaignOptions::interrupt). A third kills the process by the
+// signal's default action, which the journal survives as it survives kill -9: the way out should finishing
+// itself hang (a report written to a hung file system).
+std::atomic<int> interrupted{0};
+static_assert(std::atomic<int>::is_always_lock_free, "counted in a signal handler");
 
 extern "C" void on_interrupt(int sig) {
-  interrupted.store(true);
-  std::signal(sig, SIG_DFL);
+  if (interrupted.fetch_add(1) + 1 >= 2) std::signal(sig, SIG_DFL);
 }
 
 void catch_interrupts() {
@@ -138,7 +141,7 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
   o.ops = parse_op_list(a.ops);
   o.backend_globs = a.backends, o.include_mutants = a.mutants;
   o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs, o.gen.model = a.model;
-  o.shrink_seconds = a.shrink_seconds;
+  o.shrink_seconds = a.shrink_seconds, o.grace_seconds = a.grace_seconds;
   o.log = a.progress.quiet ? nullptr : &err, o.progress = a.progress.style(tty);
   KnownFindings known;
   if (!a.known_findings.empty()) known = known_findings_option(a.known_findings), o.known_findings = &known;
@@ -152,6 +155,7 @@ int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& er
     err << fmt::format("corpus {}: {} finding groups added, {} already there\n", a.corpus, added.added,
                        added.present);
   }
+  if (r.abandoned > 0) exit_leaving_threads(r.exit_code, err);
   return r.exit_code;
 }
 
@@ -221,6 +225,7 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
          "grouping phase (shrinking findings by cause) after the budget (default 25% of --seconds, at "
          "least 5 s; 0: no grouping)")
       ->check(at_least(0, false));
+  add_grace_option(cmd, a.grace_seconds);
   auto* seed = cmd.add_option("--seed", a.seed, "campaign seed (default 1)")->check(uint64_text());
   cmd.add_option("--jobs", a.jobs, "worker threads (default: one per core)")->check(at_least(0, false));
   cmd.add_option("--out", a.out, "campaign directory (default ./driftcheck-out)")->check(non_empty());

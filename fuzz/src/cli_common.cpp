@@ -13,6 +13,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
 
 namespace driftcheck::fuzz {
 
@@ -52,6 +55,22 @@ ProgressStyle ProgressArgs::style(bool is_tty) const {
   ProgressMode m = ProgressMode::kAuto;
   parse_progress_mode(mode, &m);  // the option's validator admits known names only
   return ProgressStyle::from_environment(m, quiet, is_tty);
+}
+
+void add_grace_option(CLI::App& cmd, double& grace_seconds) {
+  cmd.add_option(
+         "--grace-seconds", grace_seconds,
+         fmt::format("after Ctrl-C or SIGTERM, how long cases in flight may take to finish before they "
+                     "are abandoned and the report is written (default {:g} s; a second signal: at once)",
+                     kDefaultGraceSeconds))
+      ->check(at_least(0, false));
+}
+
+void exit_leaving_threads(int code, std::ostream& err) {
+  err.flush();
+  std::cout.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
 }
 
 void add_progress_options(CLI::App& cmd, ProgressArgs& a) {

@@ -24,6 +24,7 @@ Command add_gate_command(CLI::App& app, const CliContext& ctx, BackendArgs& back
       "hold every selected backend's mutants to its budget and baseline: the gate's detection power");
   auto progress = std::make_shared<ProgressArgs>();
   add_progress_options(*cmd, *progress);
+  add_grace_option(*cmd, o->grace_seconds);
   add_backend_options(*cmd, backends, true);
   return {cmd, [o, progress, &ctx] {
             o->command_line = ctx.command_line, o->interrupt = ctx.interrupt;
@@ -31,6 +32,7 @@ Command add_gate_command(CLI::App& app, const CliContext& ctx, BackendArgs& back
             ctx.catch_interrupts();
             const GateResult r = run_gate(*o);
             ctx.out << reports::to_markdown(r.report);
+            if (r.abandoned > 0) exit_leaving_threads(r.exit_code, ctx.err);
             return r.exit_code;
           }};
 }

@@ -24,7 +24,7 @@ struct CliContext {
   bool err_is_tty = false;
   std::string command_line;  // as typed, recorded in reports
   // Ctrl-C / SIGTERM: long commands call catch_interrupts() and pass `interrupt` to the library.
-  const std::atomic<bool>* interrupt = nullptr;
+  const std::atomic<int>* interrupt = nullptr;
   std::function<void()> catch_interrupts;
 };
 
@@ -41,6 +41,14 @@ CLI::Validator at_least(double min, bool strict);
 CLI::Validator uint64_text();
 // Paths and names that must not be empty (--out '' would write into the current directory).
 CLI::Validator non_empty();
+
+// --grace-seconds S of the commands that run a campaign (fuzz, gate): after Ctrl-C or SIGTERM, how long the
+// cases in flight may take before they are abandoned (CampaignOptions::grace_seconds).
+void add_grace_option(CLI::App& cmd, double& grace_seconds);
+// Ends the process with `code` once a campaign abandoned threads stuck in a case (CampaignResult::abandoned):
+// flushes the output, then std::_Exit, so that no destructor (of the registry and its backends, of what
+// main() owns) runs under them. The campaign's journal and reports are complete by then.
+[[noreturn]] void exit_leaving_threads(int code, std::ostream& err);
 
 // --progress MODE and -q/--quiet, which every long-running command takes (progress.hpp).
 struct ProgressArgs {

@@ -105,7 +105,7 @@ CampaignResult run_campaign_phase(const Plan& p, const GateOptions& o) {
   c.log = o.log, c.progress = o.progress, c.summary = false;
   c.gen.large_shapes = p.config.large_shapes;
   c.formats = p.config.formats;
-  c.interrupt = o.interrupt;
+  c.interrupt = o.interrupt, c.grace_seconds = o.grace_seconds;
   return run_campaign(c);
 }
 
@@ -316,30 +316,44 @@ GateResult run_gate(const GateOptions& o) {
 
   auto t = Clock::now();
   if (plan.config.golden) {
-    for (auto& c : golden_checks(golden, plan.backends, *plan.config.golden))
+    for (auto& c : golden_checks(golden, plan.backends, *plan.config.golden, o.interrupt))
       r.checks.push_back(std::move(c));
     r.golden_cases = static_cast<std::int64_t>(golden.size());
     r.golden_seconds = seconds_since(t);
     say(o.log, fmt::format("golden: {} cases in {:.1f} s", golden.size(), r.golden_seconds));
   }
+  const auto interrupted = [&] { return o.interrupt != nullptr && o.interrupt->load() > 0; };
   t = Clock::now();
-  if (plan.config.corpus) {
+  if (plan.config.corpus && !interrupted()) {
     Progress progress(o.log, o.progress, "gate corpus", "cases",
                       {static_cast<double>(corpus.size()), std::nullopt});
     const int jobs =
         o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const auto tick = [&](std::size_t done) { progress.update(static_cast<double>(done)); };
-    for (auto& c : corpus_checks(corpus, plan.backends, jobs, tick)) r.checks.push_back(std::move(c));
+    for (auto& c : corpus_checks(corpus, plan.backends, jobs, tick, o.interrupt))
+      r.checks.push_back(std::move(c));
     progress.finish(static_cast<double>(corpus.size()));
     r.corpus_cases = static_cast<std::int64_t>(corpus.size());
     r.corpus_seconds = seconds_since(t);
     say(o.log, fmt::format("corpus: {} cases in {:.1f} s", corpus.size(), r.corpus_seconds));
   }
   t = Clock::now();
-  const CampaignResult campaign = run_campaign_phase(plan, o);
-  r.campaign_seconds = seconds_since(t);
-  say(o.log, fmt::format("campaign: {} cases, {} checks in {:.1f} s", campaign.report.cases,
-                         campaign.report.checks, r.campaign_seconds));
+  CampaignResult campaign;
+  if (!interrupted()) {
+    campaign = run_campaign_phase(plan, o);
+    r.campaign_seconds = seconds_since(t);
+    say(o.log, fmt::format("campaign: {} cases, {} checks in {:.1f} s", campaign.report.cases,
+                           campaign.report.checks, r.campaign_seconds));
+  }
+  if (interrupted()) {
+    // Checks cut short judge nothing: no verdict, and no statistics a baseline could take.
+    r.errors.push_back(fmt::format("{} (a signal): the gate stopped early and has no verdict; run it again",
+                                   kGateInterrupted));
+    r.seconds = seconds_since(start);
+    r.exit_code = 1;
+    write_outputs(r, o);
+    return {r, r.exit_code, campaign.abandoned};
+  }
   judge_campaign(plan, campaign.report, base ? &*base : nullptr, r);
   if (base) stale_entries(*base, plan, r);
   fill_rows(plan, campaign.report, r);
@@ -377,6 +391,9 @@ int update_baseline(const BaselineUpdateOptions& o) {
   if (run.mutants)
     throw UsageError(
         fmt::format("{} is a --mutants run: its statistics are not a baseline", run_path.string()));
+  if (std::any_of(run.errors.begin(), run.errors.end(),
+                  [](const auto& e) { return e.starts_with(kGateInterrupted); }))
+    throw UsageError(fmt::format("{} is an interrupted run: run the gate again", run_path.string()));
   std::vector<BaselineEntry> now;
   for (const auto& e : run.stats) now.push_back(baseline_entry(e));
   std::optional<Baseline> base;

@@ -155,13 +155,17 @@ std::string op_of(const GoldenCase& g) {
   return std::string(op_name(g.spec.op));
 }
 
+bool interrupted(const std::atomic<int>* interrupt) {
+  return interrupt != nullptr && interrupt->load() > 0;
+}
+
 GateCheck reference_check(const std::string& op, const std::vector<GoldenCase>& golden,
-                          const std::filesystem::path& dir) {
+                          const std::filesystem::path& dir, const std::atomic<int>* interrupt) {
   GateCheck c = new_check("reference", op, "golden");
   std::int64_t cases = 0, moved = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (const auto& g : golden) {
-    if (op_of(g) != op) continue;
+    if (op_of(g) != op || interrupted(interrupt)) continue;
     ++cases;
     const auto changes = reference_changes(g);
     if (changes.empty()) continue;
@@ -182,14 +186,14 @@ GateCheck reference_check(const std::string& op, const std::vector<GoldenCase>& 
 }
 
 GateCheck backend_golden_check(const GateBackend& gb, const std::vector<GoldenCase>& golden,
-                               const std::filesystem::path& dir) {
+                               const std::filesystem::path& dir, const std::atomic<int>* interrupt) {
   const Backend& b = *gb.backend;
   GateCheck c = new_check(std::string(b.name()), std::string(op_name(b.op())), "golden");
   Tally t;
   double worst = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (const auto& g : golden) {
-    if (g.spec.op != b.op()) continue;
+    if (g.spec.op != b.op() || interrupted(interrupt)) continue;
     std::string why;
     if (!b.available(&why) || !b.supports(g.pristine).ok) {
       ++t.unsupported;
@@ -244,19 +248,20 @@ bool within_budget(const Evaluation& e, const Budget& budget) {
 
 std::vector<GateCheck> golden_checks(const std::vector<GoldenCase>& golden,
                                      const std::vector<GateBackend>& backends,
-                                     const std::filesystem::path& dir) {
+                                     const std::filesystem::path& dir, const std::atomic<int>* interrupt) {
   std::vector<GateCheck> checks;
   std::vector<std::string> ops;
   for (const auto& g : golden)
     if (std::find(ops.begin(), ops.end(), op_of(g)) == ops.end()) ops.push_back(op_of(g));
-  for (const auto& op : ops) checks.push_back(reference_check(op, golden, dir));
-  for (const auto& b : backends) checks.push_back(backend_golden_check(b, golden, dir));
+  for (const auto& op : ops) checks.push_back(reference_check(op, golden, dir, interrupt));
+  for (const auto& b : backends) checks.push_back(backend_golden_check(b, golden, dir, interrupt));
   return checks;
 }
 
 std::vector<GateCheck> corpus_checks(const std::vector<CorpusEntry>& corpus,
                                      const std::vector<GateBackend>& backends, int jobs,
-                                     const std::function<void(std::size_t done)>& progress) {
+                                     const std::function<void(std::size_t done)>& progress,
+                                     const std::atomic<int>* interrupt) {
   std::vector<GateCheck> checks;
   for (const auto& b : backends)
     checks.push_back(
@@ -268,7 +273,7 @@ std::vector<GateCheck> corpus_checks(const std::vector<CorpusEntry>& corpus,
   std::atomic<std::size_t> done{0};
   std::string internal;
   const auto work = [&] {
-    for (std::size_t i = next++; i < corpus.size() && !failed; i = next++) {
+    for (std::size_t i = next++; i < corpus.size() && !failed && !interrupted(interrupt); i = next++) {
       try {
         run_entry(corpus[i], backends, checks, tally, mu);
         progress(++done);

@@ -37,16 +37,20 @@ bool within_budget(const Evaluation& e, const Budget& budget);
 
 // The golden checks: for each op with golden cases, whether its reference is bit-identical to the stored one
 // (backend "reference"); for each backend, every golden case of its op it supports, against the stored
-// reference. `dir` names the golden directory in replay commands.
+// reference. `dir` names the golden directory in replay commands. Stops after the case in flight once
+// `*interrupt` is set (the checks then are incomplete: the gate has no verdict).
 std::vector<reports::GateCheck> golden_checks(const std::vector<GoldenCase>& golden,
                                               const std::vector<GateBackend>& backends,
-                                              const std::filesystem::path& dir);
+                                              const std::filesystem::path& dir,
+                                              const std::atomic<int>* interrupt);
 
 // Runs every corpus entry on every gate backend of its op (`jobs` threads over entries; each entry's
-// reference is computed once). One check per backend.
+// reference is computed once). One check per backend. Stops after the entries in flight once `*interrupt` is
+// set.
 std::vector<reports::GateCheck> corpus_checks(const std::vector<CorpusEntry>& corpus,
                                               const std::vector<GateBackend>& backends, int jobs,
-                                              const std::function<void(std::size_t done)>& progress);
+                                              const std::function<void(std::size_t done)>& progress,
+                                              const std::atomic<int>* interrupt);
 
 // The budget check of one backend from its campaign report (its drift statistics per format).
 reports::GateCheck budget_check(const GateBackend& b, const reports::BackendReport& campaign,

@@ -1,6 +1,8 @@
 #include "thread_group.hpp"
 
 #include <atomic>
+#include <chrono>
+#include <optional>
 #include <system_error>
 
 #include "driftcheck/reports/file_io.hpp"
@@ -31,7 +33,16 @@ bool ThreadGroup::start(std::function<void()> fn, std::string* why) {
   try {
     if (injected_failure())
       throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
-    threads_.emplace_back(std::move(fn));
+    running_->fetch_add(1);
+    try {
+      threads_.emplace_back([running = running_, fn = std::move(fn)] {
+        fn();
+        running->fetch_sub(1);
+      });
+    } catch (...) {
+      running_->fetch_sub(1);
+      throw;
+    }
     return true;
   } catch (const std::system_error& e) {
     *why = e.code().message();
@@ -39,6 +50,27 @@ bool ThreadGroup::start(std::function<void()> fn, std::string* why) {
     *why = "out of memory";
   }
   return false;
+}
+
+bool ThreadGroup::wait(const std::atomic<int>* interrupts, double grace, const std::function<void()>& tick,
+                       int* abandoned) {
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> first_signal;
+  while (running_->load() > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (tick) tick();
+    const int signals = interrupts != nullptr ? interrupts->load() : 0;
+    if (signals == 0) continue;
+    if (!first_signal) first_signal = Clock::now();
+    if (signals < 2 && std::chrono::duration<double>(Clock::now() - *first_signal).count() < grace) continue;
+    *abandoned = running_->load();
+    if (*abandoned == 0) break;  // the last one returned meanwhile
+    for (auto& t : threads_) t.detach();
+    threads_.clear();
+    return false;
+  }
+  join();
+  return true;
 }
 
 void ThreadGroup::join() {

@@ -1,10 +1,15 @@
 /* Concat plugins for tests/plugin_test.cpp, one per TEST_PLUGIN_VARIANT: a correct one, and variants that
  * each break one rule of driftcheck/plugin.h, to prove driftcheck turns the breach into a one-line error (a
  * plugin it cannot load) or a verdict (a plugin that misbehaves on a case). Concat moves bytes, so one kernel
- * serves every dtype and a correct run is bit-exact. */
+ * serves every dtype and a correct run is bit-exact. SLOW is tests/faults_test.cpp's case that takes minutes
+ * (an interrupt must not wait for it): its run call number DC_TEST_PLUGIN_SLOW_CALL sleeps 600 s, and it
+ * breaks rows >= 3 so that it has findings to shrink (DC_TEST_PLUGIN_COUNT prints every call's number). */
+#define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "driftcheck/plugin.h"
 
@@ -17,6 +22,7 @@
 #define INPUT_WRITE 6
 #define NO_ENTRY 7
 #define CRASHES 8
+#define SLOW 9
 
 static int instances;
 
@@ -47,6 +53,21 @@ static void copy(const dc_case* c, const dc_tensor* from, int64_t row, int64_t c
   memcpy(dst, src, (size_t)size);
 }
 
+#if TEST_PLUGIN_VARIANT == SLOW
+/* Its calls, counted across threads. */
+static int calls;
+
+static void maybe_sleep(void) {
+  const int call = __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
+  const char* slow = getenv("DC_TEST_PLUGIN_SLOW_CALL");
+  int s;
+  if (getenv("DC_TEST_PLUGIN_COUNT") != NULL) fprintf(stderr, "test plugin: call %d\n", call);
+  if (slow == NULL || atoi(slow) != call) return;
+  fprintf(stderr, "test plugin: call %d sleeps\n", call);
+  for (s = 0; s < 600; ++s) sleep(1); /* one-second steps: a signal does not end it early */
+}
+#endif
+
 static int run(void* self, const dc_case* c, char* error, size_t error_size) {
   const dc_tensor* a = dc_find_tensor(c, "a");
   const dc_tensor* b = dc_find_tensor(c, "b");
@@ -66,6 +87,10 @@ static int run(void* self, const dc_case* c, char* error, size_t error_size) {
   if (TEST_PLUGIN_VARIANT == GUARD_WRITE && rows > 0) /* one element past the last row: the guard band */
     copy(c, a, 0, 0, out, (rows - 1) * out->strides[0] + ha + hb);
   if (TEST_PLUGIN_VARIANT == INPUT_WRITE && rows > 0 && ha > 0) copy(c, b, 0, 0, a, 0);
+#if TEST_PLUGIN_VARIANT == SLOW
+  maybe_sleep();
+  if (rows > 2 && ha > 0 && hb > 0) copy(c, b, 2, 0, out, 0); /* row 2 starts with b's element */
+#endif
   return 0;
 }
 

@@ -32,6 +32,10 @@
 namespace driftcheck::fuzz {
 
 inline constexpr double kDefaultSeconds = 20.0;
+// After Ctrl-C or SIGTERM, how long cases in flight may take to finish before the campaign abandons them:
+// longer than any ordinary case (milliseconds), shorter than the 10 s a container runtime waits between
+// SIGTERM and SIGKILL, so the report is written first.
+inline constexpr double kDefaultGraceSeconds = 5.0;
 inline constexpr std::string_view kToolVersion = "0.1.0";
 
 struct CampaignOptions {
@@ -64,9 +68,12 @@ struct CampaignOptions {
   // Upstream defects faithful twins reproduce (known_findings.hpp): failures they explain are reported apart
   // and do not make the exit code 1. nullptr: the list built into the binary.
   const KnownFindings* known_findings = nullptr;
-  // Set from a signal handler (Ctrl-C): discovery ends after the cases in flight, shrinking is skipped, and
-  // the report is written as usual; --resume continues the campaign later.
-  const std::atomic<bool>* interrupt = nullptr;
+  // Signals received (Ctrl-C, SIGTERM), counted by a signal handler. After the first, no new case, shrink
+  // candidate or bundle is started; the work in flight gets grace_seconds to finish, then the campaign
+  // abandons it (at once after a second signal), and the report is written from what was recorded;
+  // --resume continues the campaign later (docs/CAMPAIGN.md "Interrupting").
+  const std::atomic<int>* interrupt = nullptr;
+  double grace_seconds = kDefaultGraceSeconds;
 };
 
 // "unknown backend 'NAME' (...)": says how to list backends, and for an ext.* name that its backends file
@@ -89,10 +96,17 @@ Selection select_backends(const Registry& reg, const std::vector<OpKind>& ops, c
 struct CampaignResult {
   reports::Report report;
   int exit_code = 0;  // 0 clean, 1 findings or zero-case errors, 3 internal error
+  // Threads still inside a case (a backend, the reference or a shrink candidate) when an interrupt's grace
+  // ran out. They cannot be cancelled: they run on, sealed off from the journal, the findings and the report,
+  // and hold a share of the campaign's own state. What they use that the caller owns (options.backends and
+  // known_findings, the built-in registry, options.log) must outlive them: the caller ends the process
+  // without running destructors (std::_Exit, as the CLI does) instead of returning normally.
+  int abandoned = 0;
 };
 
 // Runs (or resumes) a campaign into options.out_dir. Throws UsageError for bad options; internal errors
-// inside the run end it early with exit code 3 and are listed in the report.
+// inside the run end it early with exit code 3 and are listed in the report. See CampaignResult::abandoned
+// for an interrupted run with work in flight.
 CampaignResult run_campaign(const CampaignOptions& options);
 
 // The one-off checks behind `driftcheck replay`.

@@ -11,7 +11,9 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <string_view>
 
+#include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/gate_config.hpp"
 #include "driftcheck/fuzz/progress.hpp"
 #include "driftcheck/reports/gate_report.hpp"
@@ -31,12 +33,20 @@ struct GateOptions {
   std::string command_line;
   std::ostream* log = nullptr;  // phase lines and progress (nullptr: silent)
   ProgressStyle progress;
-  const std::atomic<bool>* interrupt = nullptr;
+  // Ctrl-C / SIGTERM (counted): the golden and corpus checks stop after the case in flight, the campaign as
+  // `fuzz` does (grace_seconds, CampaignOptions). An interrupted gate has no verdict: exit 1, with the error
+  // "interrupted ..." in its outputs, which `baseline update` refuses.
+  const std::atomic<int>* interrupt = nullptr;
+  double grace_seconds = kDefaultGraceSeconds;
 };
+
+// How the error of an interrupted gate run begins (GateOptions::interrupt).
+inline constexpr std::string_view kGateInterrupted = "interrupted";
 
 struct GateResult {
   reports::GateReport report;
   int exit_code = 0;
+  int abandoned = 0;  // the campaign's (CampaignResult::abandoned)
 };
 
 // Throws InputError for a bad config, baseline, corpus or golden file (exit 2); UsageError for bad options.
