@@ -139,24 +139,25 @@ std::vector<const Backend*> selected(const Args& a, OpKind op, const Backend& st
 }
 
 struct Totals {
-  double materialize = 0, reference = 0, baseline = 0, model = 0;
+  double draw = 0, materialize = 0, reference = 0, baseline = 0, model = 0;
   std::vector<double> evaluate;
   Fingerprint inputs, prepared, evaluations;
 };
 
 void run_case(const Args& a, OpKind op, std::uint64_t k, const std::vector<const Backend*>& backends,
               Totals& t) {
-  CaseSpec spec;
-  {
-    const std::lock_guard lock(generation_mutex());
-    spec = draw_case(op, a.seed, k).value();
-  }
   double at = thread_seconds();
   const auto lap = [&](double& into) {
     const double now = thread_seconds();
     into += now - at;
     at = now;
   };
+  CaseSpec spec;
+  {
+    const std::lock_guard lock(generation_mutex());
+    spec = draw_case(op, a.seed, k).value();
+  }
+  lap(t.draw);
   PreparedCase pc;
   pc.input = materialize(spec);
   pc.input.seed = a.seed, pc.input.index = k;
@@ -195,6 +196,7 @@ int main(int argc, char** argv) {
   const double per = 1e3 / a.cases;
   std::printf("%s, seed %llu, %d cases; thread CPU ms per case:\n", a.op.c_str(),
               static_cast<unsigned long long>(a.seed), a.cases);
+  std::printf("  draw (campaign workers take turns: one process-wide lock) %.3f\n", t.draw * per);
   std::printf("  materialize %.3f  reference %.3f  naive baseline %.3f  error model %.3f\n",
               t.materialize * per, t.reference * per, t.baseline * per, t.model * per);
   for (std::size_t i = 0; i < backends.size(); ++i)
