@@ -3,11 +3,17 @@
 // survives a JSON round trip.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "driftcheck/fuzz/accept.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/reports/accept_report.hpp"
+#include "expect_error.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -78,6 +84,20 @@ TEST(Accept, ReportRoundTripsThroughJson) {
   nlohmann::json bad = reports::to_json(r);
   bad["format_version"] = 99;
   EXPECT_THROW(reports::accept_report_from_json(bad), std::runtime_error);
+  // A float where an integer goes was converted without a range check (undefined behaviour); each field of
+  // the wrong kind is one error naming it.
+  for (const auto& [edit, message] :
+       std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>>{
+           {[](nlohmann::json& j) { j["model"]["hidden"] = 4.44e68; },
+            "malformed driftcheck.accept: field 'model.hidden': expected an integer, got number"},
+           {[](nlohmann::json& j) { j["rows"][0]["positions"] = 2.5; },
+            "malformed driftcheck.accept: field 'rows[0].positions': expected an integer, got number"},
+           {[](nlohmann::json& j) { j["top_k"] = std::int64_t{1} << 40; },
+            "malformed driftcheck.accept: field 'top_k': 1099511627776 is too large"}}) {
+    nlohmann::json j = reports::to_json(r);
+    edit(j);
+    testing::expect_error_message<std::runtime_error>([&] { reports::accept_report_from_json(j); }, message);
+  }
 }
 
 TEST(Accept, BadSizesAreUsageErrors) {

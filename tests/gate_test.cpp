@@ -21,6 +21,7 @@
 #include "driftcheck/reports/drift.hpp"
 #include "driftcheck/reports/gate_report.hpp"
 #include "driftcheck/reports/json_fields.hpp"
+#include "expect_error.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -92,12 +93,7 @@ TEST(DriftStats, CountsOfTheWrongKindAreFieldErrors) {
                                 const std::string& message) {
     nlohmann::json j = good;
     edit(j);
-    try {
-      reports::drift_stats_from_json(j);
-      ADD_FAILURE() << j.dump();
-    } catch (const reports::FieldError& e) {
-      EXPECT_EQ(std::string(e.what()), message);
-    }
+    testing::expect_error_message<reports::FieldError>([&] { reports::drift_stats_from_json(j); }, message);
   };
   using J = nlohmann::json;
   expect_error([](J& j) { j["cases"] = 4.44e68; }, "field 'cases': expected an integer, got number");
@@ -453,6 +449,31 @@ reports::GateReport sample_report() {
               1,
               0}};
   return r;
+}
+
+// gate.json as `baseline update` and `report` read it: a float where an integer goes was converted without a
+// range check (undefined behaviour), a "format" of the wrong type let nlohmann's type_error out (exit 3).
+TEST(GateReport, FieldsOfTheWrongKindAreOneErrorNamingTheField) {
+  const nlohmann::json good = reports::to_json(sample_report());
+  const auto expect_error = [&](const std::function<void(nlohmann::json&)>& edit,
+                                const std::string& message) {
+    nlohmann::json j = good;
+    edit(j);
+    testing::expect_error_message<std::runtime_error>([&] { reports::gate_report_from_json(j); }, message);
+  };
+  using J = nlohmann::json;
+  expect_error([](J& j) { j["format"] = 3; }, "not a driftcheck.gate file");
+  expect_error([](J& j) { j["cases"] = 4.44e68; }, "field 'cases': expected an integer, got number");
+  expect_error([](J& j) { j["rows"][0]["cases"] = 2.5; },
+               "field 'rows[0].cases': expected an integer, got number");
+  expect_error([](J& j) { j["known_findings"][0]["cases"]["golden"] = 1e300; },
+               "field 'known_findings[0].cases.golden': expected an integer, got number");
+  expect_error(
+      [](J& j) {
+        j["checks"][0]["properties"] = {{1, 2}};
+      },
+      "field 'checks[0].properties': expected a string, got number");
+  expect_error([](J& j) { j["exit_code"] = 7; }, "field 'exit_code': 7 is not an exit code (0-3)");
 }
 
 TEST(GateReport, JsonRoundTripsAndMarkdownShowsTableFailuresAndChanges) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <system_error>
@@ -17,6 +18,7 @@
 #include "driftcheck/reports/numbers.hpp"
 #include "driftcheck/reports/report.hpp"
 #include "driftcheck/reports/report_set.hpp"
+#include "expect_error.hpp"
 #include "scratch_dir.hpp"
 
 namespace driftcheck::reports {
@@ -112,6 +114,36 @@ TEST(ReportJson, ReadsBackWhatItWrote) {
   nlohmann::json broken = to_json(r);
   broken["heatmaps"][0]["cells"].erase(0);
   EXPECT_THROW(report_from_json(broken), std::runtime_error);
+}
+
+// report.json as `driftcheck report` reads it: a float where an integer goes was converted without a range
+// check (undefined behaviour), and a heatmap's rows x cols could overflow into matching its cells.
+TEST(ReportJson, FieldsOfTheWrongKindAreOneErrorNamingTheField) {
+  const nlohmann::json good = to_json(sample());
+  const auto expect_error = [&](const std::function<void(nlohmann::json&)>& edit,
+                                const std::string& message) {
+    nlohmann::json j = good;
+    edit(j);
+    testing::expect_error_message<std::runtime_error>([&] { report_from_json(j); }, message);
+  };
+  using J = nlohmann::json;
+  expect_error([](J& j) { j["cases"] = 4.44e68; },
+               "malformed driftcheck.report: field 'cases': expected an integer, got number");
+  expect_error([](J& j) { j["backends"][1]["cases_run"] = 2.5; },
+               "malformed driftcheck.report: field 'backends[1].cases_run': expected an integer, got number");
+  expect_error(
+      [](J& j) { j["findings"][0]["seed"] = -1; },
+      "malformed driftcheck.report: field 'findings[0].seed': expected a non-negative integer, got number");
+  expect_error([](J& j) { j["groups"][0]["members"][0]["id"] = 5; },
+               "malformed driftcheck.report: field 'groups[0].members[0].id': expected a string, got number");
+  expect_error([](J& j) { j["exit_code"] = 1e300; },
+               "malformed driftcheck.report: field 'exit_code': expected an integer, got number");
+  expect_error(
+      [](J& j) {
+        auto& h = j["heatmaps"][0];
+        h["rows"] = std::int64_t{1} << 62, h["cols"] = 4, h["cells"] = J::array();  // 2^64 wraps to 0 cells
+      },
+      "heatmap of mutant.rmsnorm.b has 0 cells for 4611686018427387904 x 4");
 }
 
 TEST(ReportJson, ReadsVersion1WhereNonFiniteRatiosWereNull) {

@@ -108,8 +108,7 @@ Checkpoint load_journal(const JournalContents& contents, const std::string& name
         findings.load(r);
       } else if (type == "end") {
         (void)u64_field(r, "completed");
-        if (const auto code = int_field(r, "exit_code", 0); code > 3)
-          throw FieldError("exit_code", fmt::format("{} is not an exit code (0-3)", code));
+        (void)exit_code_field(r, "exit_code");
       } else {
         throw FieldError("type", fmt::format("unknown record type '{}'", type));
       }

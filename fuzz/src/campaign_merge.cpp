@@ -73,7 +73,7 @@ ShardRun read_shard(const fs::path& dir) {
         fmt::format("shard {} in {} has not finished (its journal has no end record): let it "
                     "finish, or resume it with driftcheck fuzz --resume --shard {}",
                     r.opts.shard.name(), dir.string(), r.opts.shard.name()));
-  r.exit_code = static_cast<int>(int_field(*end, "exit_code"));  // load_journal checked it is 0-3
+  r.exit_code = exit_code_field(*end, "exit_code");
   return r;
 }
 

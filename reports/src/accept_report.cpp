@@ -1,5 +1,7 @@
 #include "driftcheck/reports/accept_report.hpp"
+#include "driftcheck/reports/json_fields.hpp"
 
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -39,17 +41,17 @@ json row_json(const AcceptRow& r) {
 
 AcceptRow row_from(const json& j) {
   AcceptRow r;
-  r.backend = j.at("backend"), r.op = j.at("op"), r.kind = j.at("kind"), r.error = j.at("error");
-  r.substituted = j.at("substituted").get<std::vector<std::string>>();
-  r.kept_reference = j.at("kept_reference").get<std::vector<std::string>>();
-  r.positions = j.at("positions"), r.nonfinite_positions = j.at("nonfinite_positions");
-  r.top1_agreement = j.at("top1_agreement"), r.topk_overlap = j.at("topk_overlap");
-  r.kl_mean = number_from_json(j.at("kl_mean")), r.kl_max = number_from_json(j.at("kl_max")),
-  r.tv_mean = j.at("tv_mean");
-  r.greedy_k2 = j.at("greedy_k2"), r.greedy_k3 = j.at("greedy_k3");
-  r.sampling_k2 = j.at("sampling_k2"), r.sampling_k3 = j.at("sampling_k3");
-  r.accepted_length_k3 = j.at("accepted_length_k3"), r.seconds = j.at("seconds");
-  r.beyond_budget = j.at("beyond_budget");
+  r.backend = string_field(j, "backend"), r.op = string_field(j, "op"), r.kind = string_field(j, "kind");
+  r.error = string_field(j, "error");
+  r.substituted = strings_field(j, "substituted"), r.kept_reference = strings_field(j, "kept_reference");
+  r.positions = int_field(j, "positions", 0), r.nonfinite_positions = int_field(j, "nonfinite_positions", 0);
+  r.top1_agreement = number_field(j, "top1_agreement"), r.topk_overlap = number_field(j, "topk_overlap");
+  r.kl_mean = number_field(j, "kl_mean"), r.kl_max = number_field(j, "kl_max");
+  r.tv_mean = number_field(j, "tv_mean");
+  r.greedy_k2 = number_field(j, "greedy_k2"), r.greedy_k3 = number_field(j, "greedy_k3");
+  r.sampling_k2 = number_field(j, "sampling_k2"), r.sampling_k3 = number_field(j, "sampling_k3");
+  r.accepted_length_k3 = number_field(j, "accepted_length_k3"), r.seconds = number_field(j, "seconds");
+  r.beyond_budget = bool_field(j, "beyond_budget");
   return r;
 }
 
@@ -100,32 +102,37 @@ json to_json(const AcceptReport& r) {
 }
 
 AcceptReport accept_report_from_json(const json& j) {
+  if (!j.is_object() || !j.contains("format") || j["format"] != kAcceptFormatName)
+    throw std::runtime_error(fmt::format("not a {} file", kAcceptFormatName));
+  if (const std::string problem = format_problem(j, kAcceptFormatName, kAcceptFormatVersion);
+      !problem.empty())
+    throw std::runtime_error(fmt::format("{} {}", kAcceptFormatName, problem));
   try {
-    if (j.at("format") != kAcceptFormatName)
-      throw std::runtime_error(fmt::format("not a {} file", kAcceptFormatName));
-    if (j.at("format_version") != kAcceptFormatVersion)
-      throw std::runtime_error(fmt::format("{} version {} (this driftcheck reads version {})",
-                                           kAcceptFormatName, j.at("format_version").dump(),
-                                           kAcceptFormatVersion));
     AcceptReport r;
-    r.tool_version = j.at("tool_version"), r.command = j.at("command"), r.seed = j.at("seed");
-    const json& m = j.at("model");
-    r.hidden = m.at("hidden"), r.num_q_heads = m.at("num_q_heads"), r.num_kv_heads = m.at("num_kv_heads");
-    r.head_dim = m.at("head_dim"), r.intermediate = m.at("intermediate"), r.vocab = m.at("vocab");
-    r.positions = m.at("positions"), r.sequences = m.at("sequences"), r.block_size = m.at("block_size");
-    r.act_dtype = m.at("act_dtype"), r.kv_dtype = m.at("kv_dtype"), r.attention_form = m.at("attention_form");
-    r.features = m.at("features");
-    r.top_k = j.at("top_k"), r.base_acceptance = j.at("base_acceptance"), r.max_drop = j.at("max_drop");
-    r.reference_top1_prob_mean = j.at("reference_top1_prob_mean");
-    r.reference_top1_margin_median = j.at("reference_top1_margin_median");
-    for (const auto& row : j.at("rows")) r.rows.push_back(row_from(row));
-    r.unavailable = j.at("unavailable").get<std::vector<std::string>>();
-    r.errors = j.at("errors").get<std::vector<std::string>>();
-    r.seconds = j.at("seconds"), r.exit_code = j.at("exit_code");
+    r.tool_version = string_field(j, "tool_version"), r.command = string_field(j, "command");
+    r.seed = u64_field(j, "seed");
+    within_field("model", [&] {
+      const json& m = object_field(j, "model");
+      r.hidden = int_field(m, "hidden", 0), r.num_q_heads = int_field(m, "num_q_heads", 0);
+      r.num_kv_heads = int_field(m, "num_kv_heads", 0), r.head_dim = int_field(m, "head_dim", 0);
+      r.intermediate = int_field(m, "intermediate", 0), r.vocab = int_field(m, "vocab", 0);
+      r.positions = int_field(m, "positions", 0), r.sequences = int_field(m, "sequences", 0);
+      r.block_size = int_field(m, "block_size", 0);
+      r.act_dtype = string_field(m, "act_dtype"), r.kv_dtype = string_field(m, "kv_dtype");
+      r.attention_form = string_field(m, "attention_form"), r.features = string_field(m, "features");
+    });
+    const auto top_k = int_field(j, "top_k", 0);
+    if (top_k > std::numeric_limits<int>::max())
+      throw FieldError("top_k", fmt::format("{} is too large", top_k));
+    r.top_k = static_cast<int>(top_k);
+    r.base_acceptance = number_field(j, "base_acceptance"), r.max_drop = number_field(j, "max_drop");
+    r.reference_top1_prob_mean = number_field(j, "reference_top1_prob_mean");
+    r.reference_top1_margin_median = number_field(j, "reference_top1_margin_median");
+    r.rows = list_field(j, "rows", row_from);
+    r.unavailable = strings_field(j, "unavailable"), r.errors = strings_field(j, "errors");
+    r.seconds = number_field(j, "seconds"), r.exit_code = exit_code_field(j, "exit_code");
     return r;
-  } catch (const json::exception& e) {
-    throw std::runtime_error(fmt::format("malformed {}: {}", kAcceptFormatName, e.what()));
-  } catch (const std::invalid_argument& e) {  // a number string that is not inf/nan (json_text.hpp)
+  } catch (const FieldError& e) {
     throw std::runtime_error(fmt::format("malformed {}: {}", kAcceptFormatName, e.what()));
   }
 }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "driftcheck/reports/gate_report.hpp"
+#include "driftcheck/reports/json_fields.hpp"
 
 namespace driftcheck::reports {
 namespace {
@@ -21,16 +22,25 @@ json check_json(const GateCheck& c) {
 }
 
 GateCheck check_from(const json& j) {
-  GateCheck c{j.at("backend"), j.at("op"), j.at("check"),  CheckStatus::kPassed, j.at("message"),
-              j.at("details"), {},         j.at("seconds")};
-  const std::string status = j.at("status");
+  GateCheck c{string_field(j, "backend"),
+              string_field(j, "op"),
+              string_field(j, "check"),
+              CheckStatus::kPassed,
+              string_field(j, "message"),
+              string_field(j, "details"),
+              {},
+              number_field(j, "seconds")};
+  const std::string status = string_field(j, "status");
   if (status == "failed")
     c.status = CheckStatus::kFailed;
   else if (status == "skipped")
     c.status = CheckStatus::kSkipped;
   else if (status != "passed")
-    throw std::runtime_error(fmt::format("unknown check status '{}'", status));
-  for (const auto& p : j.at("properties")) c.properties.emplace_back(p.at(0), p.at(1));
+    throw FieldError("status", fmt::format("unknown check status '{}'", status));
+  for (const auto& p : array_field(j, "properties")) {
+    if (!p.is_array() || p.size() != 2) throw FieldError("properties", "expected [name, value] pairs");
+    c.properties.emplace_back(string_value(p[0], "properties"), string_value(p[1], "properties"));
+  }
   return c;
 }
 
@@ -45,13 +55,9 @@ json change_json(const BaselineChange& c) {
 }
 
 BaselineChange change_from(const json& j) {
-  return {j.at("backend"),
-          j.at("op"),
-          j.at("format"),
-          j.at("metric"),
-          number_from_json(j.at("baseline")),
-          number_from_json(j.at("now")),
-          number_from_json(j.at("severity"))};
+  return {string_field(j, "backend"), string_field(j, "op"),       string_field(j, "format"),
+          string_field(j, "metric"),  number_field(j, "baseline"), number_field(j, "now"),
+          number_field(j, "severity")};
 }
 
 json entry_json(const GateStatsEntry& e) {
@@ -61,7 +67,8 @@ json entry_json(const GateStatsEntry& e) {
 }
 
 GateStatsEntry entry_from(const json& j) {
-  return {j.at("backend"), j.at("op"), j.at("format"), drift_stats_from_json(j)};
+  return {string_field(j, "backend"), string_field(j, "op"), string_field(j, "format"),
+          drift_stats_from_json(j)};
 }
 
 json row_json(const GateRow& r) {
@@ -71,7 +78,8 @@ json row_json(const GateRow& r) {
 }
 
 GateRow row_from(const json& j) {
-  return {j.at("backend"), j.at("op"), j.at("kind"), drift_stats_from_json(j), j.at("failed")};
+  return {string_field(j, "backend"), string_field(j, "op"), string_field(j, "kind"),
+          drift_stats_from_json(j), bool_field(j, "failed")};
 }
 
 json known_json(const GateKnownFinding& k) {
@@ -84,16 +92,13 @@ json known_json(const GateKnownFinding& k) {
 }
 
 GateKnownFinding known_from(const json& j) {
-  const json& n = j.at("cases");
-  return {j.at("id"),       j.at("summary"), j.at("replay"), j.at("backends"),
-          n.at("campaign"), n.at("corpus"),  n.at("golden")};
-}
-
-template <class T, class F>
-std::vector<T> list_from(const json& j, F&& each) {
-  std::vector<T> out;
-  for (const auto& x : j) out.push_back(each(x));
-  return out;
+  const json& n = object_field(j, "cases");
+  return within_field("cases", [&] {
+    return GateKnownFinding{string_field(j, "id"),       string_field(j, "summary"),
+                            string_field(j, "replay"),   strings_field(j, "backends"),
+                            int_field(n, "campaign", 0), int_field(n, "corpus", 0),
+                            int_field(n, "golden", 0)};
+  });
 }
 
 }  // namespace
@@ -148,36 +153,37 @@ json to_json(const GateReport& r) {
 }
 
 GateReport gate_report_from_json(const json& j) {
-  if (!j.is_object() || j.value("format", "") != kGateFormatName)
+  if (!j.is_object() || !j.contains("format") || j["format"] != kGateFormatName)
     throw std::runtime_error(fmt::format("not a {} file", kGateFormatName));
-  if (j.value("format_version", 0) != kGateFormatVersion)
-    throw std::runtime_error(fmt::format("format version {} (this driftcheck reads {})",
-                                         j.value("format_version", 0), kGateFormatVersion));
+  if (const std::string problem = format_problem(j, kGateFormatName, kGateFormatVersion); !problem.empty())
+    throw std::runtime_error(problem);
   try {
     GateReport r;
-    r.tool_version = j.at("tool_version"), r.command = j.at("command");
-    r.config_path = j.at("config"), r.config_sha256 = j.at("config_sha256");
-    r.baseline_path = j.at("baseline"), r.stream = j.at("stream");
-    r.seed = j.at("seed"), r.cases = j.at("cases"), r.mutants = j.at("mutants"), r.seconds = j.at("seconds");
-    const auto& ph = j.at("phase_seconds");
-    r.golden_seconds = ph.at("golden"), r.corpus_seconds = ph.at("corpus"),
-    r.campaign_seconds = ph.at("campaign");
-    r.golden_cases = j.at("golden_cases"), r.corpus_cases = j.at("corpus_cases");
-    r.rows = list_from<GateRow>(j.at("rows"), row_from);
-    r.checks = list_from<GateCheck>(j.at("checks"), check_from);
-    r.changes = list_from<BaselineChange>(j.at("changes"), change_from);
-    r.stats = list_from<GateStatsEntry>(j.at("stats"), entry_from);
-    r.detection = list_from<MutantDetection>(j.at("mutant_detection"), [](const json& d) {
-      return MutantDetection{d.at("mutant"), d.at("mutates"), d.at("caught_by")};
+    r.tool_version = string_field(j, "tool_version"), r.command = string_field(j, "command");
+    r.config_path = string_field(j, "config"), r.config_sha256 = string_field(j, "config_sha256");
+    r.baseline_path = string_field(j, "baseline"), r.stream = string_field(j, "stream");
+    r.seed = u64_field(j, "seed"), r.cases = int_field(j, "cases", 0), r.mutants = bool_field(j, "mutants");
+    r.seconds = number_field(j, "seconds");
+    within_field("phase_seconds", [&] {
+      const json& ph = object_field(j, "phase_seconds");
+      r.golden_seconds = number_field(ph, "golden"), r.corpus_seconds = number_field(ph, "corpus");
+      r.campaign_seconds = number_field(ph, "campaign");
+    });
+    r.golden_cases = int_field(j, "golden_cases", 0), r.corpus_cases = int_field(j, "corpus_cases", 0);
+    r.rows = list_field(j, "rows", row_from);
+    r.checks = list_field(j, "checks", check_from);
+    r.changes = list_field(j, "changes", change_from);
+    r.stats = list_field(j, "stats", entry_from);
+    r.detection = list_field(j, "mutant_detection", [](const json& d) {
+      return MutantDetection{string_field(d, "mutant"), string_field(d, "mutates"),
+                             strings_field(d, "caught_by")};
     });
     // Gate runs written before known findings were reported have none.
-    if (j.contains("known_findings"))
-      r.known = list_from<GateKnownFinding>(j.at("known_findings"), known_from);
-    r.notes = j.at("notes"), r.errors = j.at("errors"), r.exit_code = j.at("exit_code");
+    if (j.contains("known_findings")) r.known = list_field(j, "known_findings", known_from);
+    r.notes = strings_field(j, "notes"), r.errors = strings_field(j, "errors");
+    r.exit_code = exit_code_field(j, "exit_code");
     return r;
-  } catch (const json::exception& e) {
-    throw std::runtime_error(e.what());
-  } catch (const std::invalid_argument& e) {
+  } catch (const FieldError& e) {
     throw std::runtime_error(e.what());
   }
 }

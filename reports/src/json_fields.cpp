@@ -70,6 +70,12 @@ std::uint64_t u64_field(const json& obj, std::string_view key) {
   bad(key, v, "a non-negative integer");
 }
 
+int exit_code_field(const json& obj, std::string_view key) {
+  const auto code = int_field(obj, key, 0);
+  if (code > 3) throw FieldError(std::string(key), fmt::format("{} is not an exit code (0-3)", code));
+  return static_cast<int>(code);
+}
+
 double number_field(const json& obj, std::string_view key) {
   return number_value(json_field(obj, key), key);
 }

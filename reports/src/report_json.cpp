@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/reports/json_fields.hpp"
 #include "driftcheck/reports/report.hpp"
 
 namespace driftcheck::reports {
@@ -14,9 +15,18 @@ namespace {
 using nlohmann::json;
 
 // Ratios are infinite for NaN/Inf outputs: JSON has no infinity, so such numbers are strings (number_json).
-double num_from(const json& j) {
+double ratio_value(const json& v, std::string_view name) {
   // Version 1 wrote non-finite numbers as JSON null (nlohmann's default): only NaN/Inf outputs make them.
-  return j.is_null() ? std::numeric_limits<double>::infinity() : number_from_json(j);
+  return v.is_null() ? std::numeric_limits<double>::infinity() : number_value(v, name);
+}
+
+double ratio_field(const json& j, std::string_view key) {
+  return ratio_value(json_field(j, key), key);
+}
+
+// Fields added after version 1: absent in older reports.
+std::int64_t count_or_zero(const json& j, std::string_view key) {
+  return j.contains(key) ? int_field(j, key, 0) : 0;
 }
 
 json backend_json(const BackendReport& b) {
@@ -54,22 +64,31 @@ json backend_json(const BackendReport& b) {
 
 BackendReport backend_from(const json& j) {
   BackendReport b;
-  b.name = j.at("name"), b.op = j.at("op"), b.kind = j.at("kind");
-  b.cases_run = j.at("cases_run"), b.unsupported = j.at("unsupported");
-  for (const auto& rc : j.at("top_unsupported_reasons"))
-    b.top_unsupported.push_back({rc.at("reason"), rc.at("count")});
-  b.passed = j.at("passed");
-  b.failures_by_verdict = j.at("failures_by_verdict").get<std::map<std::string, std::int64_t>>();
-  b.distinct_findings = j.at("distinct_findings");
-  b.worst_ratio = num_from(j.at("worst_ratio")), b.worst_case = j.at("worst_case");
-  b.check_seconds = number_from_json(j.at("check_seconds")), b.error = j.at("error");
-  if (!j.at("first_finding_s").is_null()) b.first_finding_s = number_from_json(j.at("first_finding_s"));
-  // Named: items() of a temporary would outlive it. Version 1 has no drift statistics.
-  const json drift = j.value("drift", json::object());
-  for (const auto& [format, d] : drift.items()) b.drift[format] = drift_stats_from_json(d);
-  for (const auto& s : j.value("by_shape", json::array()))
-    b.by_shape.push_back({s.at("param"), s.at("bucket"), s.at("order"), s.at("cases"), s.at("failed"),
-                          num_from(s.at("max_ratio")), s.at("mean_log2_ratio")});
+  b.name = string_field(j, "name"), b.op = string_field(j, "op"), b.kind = string_field(j, "kind");
+  b.cases_run = int_field(j, "cases_run", 0), b.unsupported = int_field(j, "unsupported", 0);
+  b.top_unsupported = list_field(j, "top_unsupported_reasons", [](const json& rc) {
+    return ReasonCount{string_field(rc, "reason"), int_field(rc, "count", 0)};
+  });
+  b.passed = int_field(j, "passed", 0);
+  for (const auto& item : object_field(j, "failures_by_verdict").items())
+    b.failures_by_verdict[item.key()] =
+        within_field("failures_by_verdict", [&] { return int_value(item.value(), item.key(), 0); });
+  b.distinct_findings = int_field(j, "distinct_findings", 0);
+  b.worst_ratio = ratio_field(j, "worst_ratio"), b.worst_case = u64_field(j, "worst_case");
+  b.check_seconds = number_field(j, "check_seconds"), b.error = string_field(j, "error");
+  if (!json_field(j, "first_finding_s").is_null()) b.first_finding_s = number_field(j, "first_finding_s");
+  // Version 1 has no drift statistics and no error by shape.
+  if (j.contains("drift"))
+    for (const auto& item : object_field(j, "drift").items())
+      b.drift[item.key()] =
+          within_field("drift." + item.key(), [&] { return drift_stats_from_json(item.value()); });
+  if (j.contains("by_shape"))
+    b.by_shape = list_field(j, "by_shape", [](const json& s) {
+      return ShapeBucket{string_field(s, "param"),          string_field(s, "bucket"),
+                         number_field(s, "order"),          int_field(s, "cases", 0),
+                         int_field(s, "failed", 0),         ratio_field(s, "max_ratio"),
+                         number_field(s, "mean_log2_ratio")};
+    });
   return b;
 }
 
@@ -94,15 +113,16 @@ json finding_json(const FindingReport& f) {
 
 FindingReport finding_from(const json& j) {
   FindingReport f;
-  f.id = j.at("id"), f.op = j.at("op"), f.backend = j.at("backend"), f.verdict = j.at("verdict");
-  f.shape_class = j.at("shape_class"), f.detail = j.at("detail"),
-  f.worst_ratio = num_from(j.at("worst_ratio"));
-  f.seed = j.at("seed"), f.case_index = j.at("case_index");
-  f.found_after_s = number_from_json(j.at("found_after_s"));
-  f.shrink_steps = j.at("shrink_steps"), f.bundle = j.at("bundle"), f.replay = j.at("replay");
-  f.features = j.value("features", std::vector<std::string>{});
-  f.cases = j.value("cases", std::int64_t{0});
-  f.shape = j.value("shape", std::string());
+  f.id = string_field(j, "id"), f.op = string_field(j, "op"), f.backend = string_field(j, "backend");
+  f.verdict = string_field(j, "verdict"), f.shape_class = string_field(j, "shape_class");
+  f.detail = string_field(j, "detail"), f.worst_ratio = ratio_field(j, "worst_ratio");
+  f.seed = u64_field(j, "seed"), f.case_index = u64_field(j, "case_index");
+  f.found_after_s = number_field(j, "found_after_s");
+  f.shrink_steps = int_field(j, "shrink_steps", 0), f.bundle = string_field(j, "bundle");
+  f.replay = string_field(j, "replay");
+  if (j.contains("features")) f.features = strings_field(j, "features");
+  f.cases = count_or_zero(j, "cases");
+  if (j.contains("shape")) f.shape = string_field(j, "shape");
   return f;
 }
 
@@ -143,24 +163,24 @@ json group_json(const FindingGroup& g) {
 
 FindingGroup group_from(const json& j) {
   FindingGroup g;
-  g.id = j.at("id"), g.op = j.at("op"), g.backend = j.at("backend"), g.verdict = j.at("verdict");
-  g.features = j.at("features").get<std::vector<std::string>>();
-  g.shrunk = j.at("shrunk"), g.confirmed = j.at("confirmed");
-  g.not_needed = j.at("not_needed").get<std::vector<std::string>>();
-  g.cases = j.at("cases");
-  g.shape_classes = j.at("shape_classes").get<std::vector<std::string>>();
-  g.worst_ratio = num_from(j.at("worst_ratio")), g.worst_value = num_from(j.at("worst_value"));
-  g.worst_reference = num_from(j.at("worst_reference")),
-  g.worst_tolerance = num_from(j.at("worst_tolerance"));
-  g.worst_output = j.at("worst_output"), g.detail = j.at("detail");
-  g.representative = j.at("representative"), g.replay = j.at("replay");
-  g.shape = j.value("shape", std::string());
-  g.shrink_steps = j.value("shrink_steps", std::int64_t{0}),
-  g.shrink_tries = j.value("shrink_tries", std::int64_t{0});
-  g.shrink_minimal = j.value("shrink_minimal", false);
-  for (const auto& m : j.at("members"))
-    g.members.push_back({m.at("id"), m.at("shape_class"), m.at("seed"), m.at("case_index"), m.at("cases"),
-                         m.at("bundle"), m.at("replay")});
+  g.id = string_field(j, "id"), g.op = string_field(j, "op"), g.backend = string_field(j, "backend");
+  g.verdict = string_field(j, "verdict"), g.features = strings_field(j, "features");
+  g.shrunk = bool_field(j, "shrunk"), g.confirmed = bool_field(j, "confirmed");
+  g.not_needed = strings_field(j, "not_needed"), g.cases = int_field(j, "cases", 0);
+  g.shape_classes = strings_field(j, "shape_classes");
+  g.worst_ratio = ratio_field(j, "worst_ratio"), g.worst_value = ratio_field(j, "worst_value");
+  g.worst_reference = ratio_field(j, "worst_reference"),
+  g.worst_tolerance = ratio_field(j, "worst_tolerance");
+  g.worst_output = string_field(j, "worst_output"), g.detail = string_field(j, "detail");
+  g.representative = string_field(j, "representative"), g.replay = string_field(j, "replay");
+  if (j.contains("shape")) g.shape = string_field(j, "shape");
+  g.shrink_steps = count_or_zero(j, "shrink_steps"), g.shrink_tries = count_or_zero(j, "shrink_tries");
+  g.shrink_minimal = j.contains("shrink_minimal") && bool_field(j, "shrink_minimal");
+  g.members = list_field(j, "members", [](const json& m) {
+    return GroupMember{string_field(m, "id"),      string_field(m, "shape_class"), u64_field(m, "seed"),
+                       u64_field(m, "case_index"), int_field(m, "cases", 0),       string_field(m, "bundle"),
+                       string_field(m, "replay")};
+  });
   return g;
 }
 
@@ -186,13 +206,17 @@ json heatmap_json(const Heatmap& h) {
 
 Heatmap heatmap_from(const json& j) {
   Heatmap h;
-  h.backend = j.at("backend"), h.op = j.at("op"), h.output = j.at("output");
-  h.row_label = j.at("row_label"), h.col_label = j.at("col_label");
-  h.seed = j.at("seed"), h.case_index = j.at("case_index"), h.shape_class = j.at("shape_class");
-  h.replay = j.at("replay"), h.full_rows = j.at("full_rows"), h.full_cols = j.at("full_cols");
-  h.rows = j.at("rows"), h.cols = j.at("cols"), h.col_group = j.at("col_group");
-  for (const auto& c : j.at("cells")) h.cells.push_back(num_from(c));
-  if (static_cast<std::int64_t>(h.cells.size()) != h.rows * h.cols)
+  h.backend = string_field(j, "backend"), h.op = string_field(j, "op"), h.output = string_field(j, "output");
+  h.row_label = string_field(j, "row_label"), h.col_label = string_field(j, "col_label");
+  h.seed = u64_field(j, "seed"), h.case_index = u64_field(j, "case_index");
+  h.shape_class = string_field(j, "shape_class"), h.replay = string_field(j, "replay");
+  h.full_rows = int_field(j, "full_rows", 0), h.full_cols = int_field(j, "full_cols", 0);
+  h.rows = int_field(j, "rows", 0), h.cols = int_field(j, "cols", 0),
+  h.col_group = int_field(j, "col_group", 0);
+  for (const auto& c : array_field(j, "cells")) h.cells.push_back(ratio_value(c, "cells"));
+  // cells == rows x cols, by division: the product of two int64 from the file can overflow.
+  const auto n = static_cast<std::uint64_t>(h.cells.size()), rows = static_cast<std::uint64_t>(h.rows);
+  if (rows == 0 ? n != 0 : n % rows != 0 || n / rows != static_cast<std::uint64_t>(h.cols))
     throw std::runtime_error(
         fmt::format("heatmap of {} has {} cells for {} x {}", h.backend, h.cells.size(), h.rows, h.cols));
   return h;
@@ -211,13 +235,9 @@ json known_json(const KnownFindingReport& k) {
 }
 
 KnownFindingReport known_from(const json& j) {
-  return {j.at("id"),
-          j.at("summary"),
-          j.at("upstream"),
-          j.at("replay"),
-          j.at("backends").get<std::vector<std::string>>(),
-          j.at("cases"),
-          j.at("backend_cases")};
+  return {string_field(j, "id"),           string_field(j, "summary"),   string_field(j, "upstream"),
+          string_field(j, "replay"),       strings_field(j, "backends"), int_field(j, "cases", 0),
+          int_field(j, "backend_cases", 0)};
 }
 
 }  // namespace
@@ -266,37 +286,39 @@ json to_json(const Report& r) {
 
 Report report_from_json(const json& j) {
   try {
-    if (j.at("format") != kReportFormatName)
+    if (!j.is_object() || !j.contains("format") || j["format"] != kReportFormatName)
       throw std::runtime_error(fmt::format("not a {} file", kReportFormatName));
-    const int version = j.at("format_version");
+    const auto version = int_field(j, "format_version");
     if (version < 1 || version > kReportFormatVersion)
       throw std::runtime_error(fmt::format("{} version {} (this driftcheck reads 1 to {})", kReportFormatName,
                                            version, kReportFormatVersion));
     Report r;
-    r.tool_version = j.at("tool_version"), r.command = j.at("command"), r.seed = j.at("seed");
-    r.cases = j.at("cases"), r.checks = j.at("checks"), r.seconds = number_from_json(j.at("seconds"));
-    for (const auto& o : j.at("ops"))
-      r.ops.push_back({o.at("op"), o.at("cases"), number_from_json(o.at("reference_seconds"))});
-    for (const auto& b : j.at("backends")) r.backends.push_back(backend_from(b));
-    for (const auto& f : j.at("findings")) r.findings.push_back(finding_from(f));
-    for (const auto& d : j.at("divergence_ulps")) {
-      DivergenceCell c{d.at("op"), d.at("a"), d.at("b"), num_from(d.at("max_ulps")), d.at("shared_cases")};
+    r.tool_version = string_field(j, "tool_version"), r.command = string_field(j, "command");
+    r.seed = u64_field(j, "seed"), r.cases = int_field(j, "cases", 0), r.checks = int_field(j, "checks", 0);
+    r.seconds = number_field(j, "seconds");
+    r.ops = list_field(j, "ops", [](const json& o) {
+      return OpReport{string_field(o, "op"), int_field(o, "cases", 0), number_field(o, "reference_seconds")};
+    });
+    r.backends = list_field(j, "backends", backend_from);
+    r.findings = list_field(j, "findings", finding_from);
+    r.divergence = list_field(j, "divergence_ulps", [](const json& d) {
+      DivergenceCell c{string_field(d, "op"), string_field(d, "a"), string_field(d, "b"),
+                       ratio_field(d, "max_ulps"), int_field(d, "shared_cases", 0)};
       // Version 1 has no tolerance-relative divergence: NaN says "not measured".
       c.max_ratio =
-          d.contains("max_ratio") ? num_from(d.at("max_ratio")) : std::numeric_limits<double>::quiet_NaN();
-      c.beyond_cases = d.value("beyond_cases", 0), c.nonfinite_cases = d.value("nonfinite_cases", 0);
-      r.divergence.push_back(c);
-    }
-    for (const auto& g : j.value("groups", json::array())) r.groups.push_back(group_from(g));
-    for (const auto& h : j.value("heatmaps", json::array())) r.heatmaps.push_back(heatmap_from(h));
-    for (const auto& k : j.value("known_findings", json::array())) r.known_findings.push_back(known_from(k));
-    r.unavailable = j.at("unavailable").get<std::vector<std::string>>();
-    r.errors = j.at("errors").get<std::vector<std::string>>();
-    r.exit_code = j.at("exit_code");
+          d.contains("max_ratio") ? ratio_field(d, "max_ratio") : std::numeric_limits<double>::quiet_NaN();
+      c.beyond_cases = count_or_zero(d, "beyond_cases"),
+      c.nonfinite_cases = count_or_zero(d, "nonfinite_cases");
+      return c;
+    });
+    // Version 1 has no groups, heatmaps or known findings.
+    if (j.contains("groups")) r.groups = list_field(j, "groups", group_from);
+    if (j.contains("heatmaps")) r.heatmaps = list_field(j, "heatmaps", heatmap_from);
+    if (j.contains("known_findings")) r.known_findings = list_field(j, "known_findings", known_from);
+    r.unavailable = strings_field(j, "unavailable"), r.errors = strings_field(j, "errors");
+    r.exit_code = exit_code_field(j, "exit_code");
     return r;
-  } catch (const json::exception& e) {
-    throw std::runtime_error(fmt::format("malformed {}: {}", kReportFormatName, e.what()));
-  } catch (const std::invalid_argument& e) {  // a number string that is not inf/nan (json_text.hpp)
+  } catch (const FieldError& e) {
     throw std::runtime_error(fmt::format("malformed {}: {}", kReportFormatName, e.what()));
   }
 }

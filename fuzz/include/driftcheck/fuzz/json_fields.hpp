@@ -7,6 +7,7 @@ namespace driftcheck::fuzz {
 
 using reports::array_field;
 using reports::bool_field;
+using reports::exit_code_field;
 using reports::FieldError;
 using reports::format_problem;
 using reports::int_field;

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,7 @@ bool bool_field(const nlohmann::json& obj, std::string_view key);
 std::int64_t int_field(const nlohmann::json& obj, std::string_view key,
                        std::int64_t min = std::numeric_limits<std::int64_t>::min());
 std::uint64_t u64_field(const nlohmann::json& obj, std::string_view key);
+int exit_code_field(const nlohmann::json& obj, std::string_view key);  // 0-3 (docs/CAMPAIGN.md)
 double number_field(const nlohmann::json& obj, std::string_view key);
 
 // The value `v` itself (an array element), with `name` for the message.
@@ -63,6 +65,17 @@ auto within_field(std::string_view outer, F&& read) {
   } catch (const FieldError& e) {
     throw e.within(outer);
   }
+}
+
+// The array `key` of `obj`, each element read by `each`; an error names the element ("rows[3].cases").
+template <class F>
+auto list_field(const nlohmann::json& obj, std::string_view key, F&& each) {
+  std::vector<std::decay_t<decltype(each(obj))>> out;
+  const nlohmann::json& list = array_field(obj, key);
+  for (std::size_t i = 0; i < list.size(); ++i)
+    out.push_back(
+        within_field(std::string(key) + "[" + std::to_string(i) + "]", [&] { return each(list[i]); }));
+  return out;
 }
 
 }  // namespace driftcheck::reports
