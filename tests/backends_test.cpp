@@ -374,8 +374,10 @@ TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
   }
 }
 
-// ROCM_AITER_FA's twin models the paged_attention_v1 decode path only and declines, with the reason, what it
-// does not model: extend rows, fp8 caches (q and P quantised to fp8 there), softcap.
+// ROCM_AITER_FA's twin declines, with the reason, what it does not model: extend rows without the new tokens'
+// inputs, fp8 caches on decode rows that reach paged_attention_v1 (q and P quantised to fp8 there). Softcap
+// runs (paged_attention_v1's LogitsSoftCap, the unified kernel's on windowed decode, dropped on prefill and
+// extend), and fp8 windowed decode (the unified kernel).
 TEST(AttentionSupport, AiterFaDeclinesThePathsItDoesNotModel) {
   AttentionSpec decode = attn_spec(DType::kBF16, DType::kBF16, 16);
   decode.query_lens = {1, 1, 1};
@@ -383,13 +385,17 @@ TEST(AttentionSupport, AiterFaDeclinesThePathsItDoesNotModel) {
   AttentionSpec windowed = decode;
   windowed.params.window = 9;
   EXPECT_TRUE(supports("cpu.attn.aiter_fa", windowed).ok);
+  windowed.kv_dtype = DType::kF8E4M3FN;
+  EXPECT_TRUE(supports("cpu.attn.aiter_fa", windowed).ok);
+  AttentionSpec capped = decode;
+  capped.params.softcap = 30;
+  EXPECT_TRUE(supports("cpu.attn.aiter_fa", capped).ok);
   const std::vector<std::pair<std::function<void(AttentionSpec&)>, std::string_view>> declined = {
       {[](AttentionSpec& s) {
          s.query_lens = {3, 1, 2};
        },
        "extend path"},
       {[](AttentionSpec& s) { s.kv_dtype = DType::kF8E4M3FNUZ; }, "quantises q and P to fp8"},
-      {[](AttentionSpec& s) { s.params.softcap = 30; }, "LogitsSoftCap"},
       {[](AttentionSpec& s) { s.params.has_sinks = true; }, "sinks"},
       {[](AttentionSpec& s) { s.params.head_dim = 96; }, "64, 128 and 256"},
   };
@@ -635,6 +641,187 @@ TEST(AttentionTwins, Ll4miReducePaddedSlotsTurnAnInfiniteOutputIntoNaN) {
     EXPECT_EQ(repaired.tensor("o").at({0, 0, 0}), std::numeric_limits<double>::infinity()) << twin;
     EXPECT_EQ(out.tensor("o").at({0, 0, 1}), repaired.tensor("o").at({0, 0, 1})) << twin;
   }
+}
+
+// The ll4mi reduce forms the global exp sum G in its first warp: lane l holds partition l's weight
+// w_l = S_l * expf(M_l - M) (0 past the last partition), then __shfl_xor over 32, 16, ..., 1 (attention.cu:
+// 1344-1373 at vllm 4388f06; pa_kernels.cuh _paged_attention_ll4mi_reduce_kernel at aiter@e4048607): with
+// three partitions G = (w0 + w2) + w1, not (w0 + w1) + w2. Partition j's 256 keys all have logit x_j, so S_j
+// = 256; x_0 = 0 is the max, and the twin's lse is log(G).
+TEST(AttentionTwins, Ll4miReduceSumsThePartitionWeightsByButterfly) {
+  float x1 = 0.0f, x2 = 0.0f, tree = 0.0f;
+  for (int a = 1; a < 200 && tree == 0.0f; ++a)
+    for (int b = 1; b < 200 && tree == 0.0f; ++b) {
+      const float w1 = 256.0f * std::exp(-static_cast<float>(a) / 16.0f);
+      const float w2 = 256.0f * std::exp(-static_cast<float>(b) / 16.0f);
+      if (std::log((256.0f + w2) + w1) != std::log((256.0f + w1) + w2)) {
+        x1 = -static_cast<float>(a) / 16.0f;
+        x2 = -static_cast<float>(b) / 16.0f;
+        tree = (256.0f + w2) + w1;
+      }
+    }
+  ASSERT_NE(tree, 0.0f);
+  for (const auto& [twin, hq] : {std::pair{"cpu.attn.rocm_custom", 1}, std::pair{"cpu.attn.rocm_custom", 8},
+                                 std::pair{"cpu.attn.aiter_fa", 1}}) {
+    Case c = probe_case(hq, 768, 1.0, 10);
+    for (std::int64_t t = 256; t < 768; ++t) set_key(c, t, static_cast<double>(t < 512 ? x1 : x2));
+    const Case out = run_clone(get(twin), c);
+    for (std::int64_t h = 0; h < hq; ++h)
+      EXPECT_EQ(out.tensor("lse").at({0, h}), static_cast<double>(std::log(tree)))
+          << twin << " x1 " << x1 << " x2 " << x2;
+  }
+}
+
+// Past seq_len the ll4mi kernels load V from the last context block at slot t % block_size: mfma16 (ROCM_ATTN
+// GQA 5..16, aiter paged_attention_v1) for every token to the partition's end (attention.cu:479-490 at vllm
+// 4388f06, pa_kernels.cuh:274-287 at aiter@e4048607), mfma4 (GQA 1..4) for every token of a warp that starts
+// below seq_len (attention.cu:892-899), and multiply it with P = 0. With seq_len 20 and blocks of 16 the
+// tokens 32..63 re-read the last block's valid slots, so an infinite V at visible key 17 (reference and P.V
+// +inf) also meets P = 0: NaN. The padded reduce slots (a separate defect, repaired here) would hide it.
+TEST(AttentionTwins, Ll4miReReadsTheLastBlocksValidSlotsPastSeqLen) {
+  for (const auto& [twin, hq] : {std::pair{"cpu.attn.rocm_custom", 1}, std::pair{"cpu.attn.rocm_custom", 8},
+                                 std::pair{"cpu.attn.aiter_fa", 1}}) {
+    Case c = probe_case(hq, 20, 1.0, 9);
+    const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({0, 1}));
+    c.tensor("v_cache").set({page, 1, 0, 0}, std::numeric_limits<double>::infinity());
+    const auto kernel = get(twin).without_defects({"reduce_padded_slots"});
+    ASSERT_NE(kernel, nullptr) << twin;
+    const auto repaired = get(twin).without_defects({"reduce_padded_slots", "page_tail_unmasked"});
+    const Case out = run_clone(*kernel, c);
+    const Case fixed = run_clone(*repaired, c);
+    for (std::int64_t h = 0; h < hq; ++h) {
+      EXPECT_TRUE(std::isnan(out.tensor("o").at({0, h, 0}))) << twin << " GQA " << hq;
+      EXPECT_EQ(fixed.tensor("o").at({0, h, 0}), std::numeric_limits<double>::infinity()) << twin;
+      EXPECT_EQ(out.tensor("o").at({0, h, 1}), fixed.tensor("o").at({0, h, 1})) << twin;
+    }
+  }
+}
+
+// The ll4mi kernels read q at `q + token * q_stride + head * HEAD_SIZE` (attention.cu:391-392, 905-917 at
+// vllm 4388f06; pa_kernels.cuh:137-140 at aiter@e4048607) and their reduce writes o at `out + (token *
+// num_heads + head) * HEAD_SIZE` (attention.cu:1474-1481; pa_kernels.cuh:1101-1111): q's token stride is
+// honoured, its head stride and o's strides are not. On a q and o with heads 8 elements apart the twin must
+// read and write those addresses: what it writes at o's dense addresses is what it computes for a contiguous
+// q holding q's storage read densely. Repaired, it honours the strides.
+TEST(AttentionTwins, Ll4miAddressQAndOAsDenseHeads) {
+  for (const char* twin : {"cpu.attn.rocm_custom", "cpu.attn.aiter_fa"}) {
+    AttentionSpec s = attn_spec(DType::kBF16, DType::kBF16, 16);
+    s.query_lens = {1, 1, 1};
+    s.poison_unused = false;  // finite outputs, compared by value
+    const Case plain = builders::attention_case(s, 11);
+    const std::int64_t t = 3, hq = s.params.num_q_heads, d = s.params.head_dim, pad = 8;
+    Case padded = plain.clone();
+    for (const char* name : {"q", "o"}) {
+      Tensor x = Tensor::padded(DType::kBF16, {t, hq, d}, d + pad, 3, d + 8);
+      std::vector<double> fill(static_cast<std::size_t>(x.storage()->numel()));
+      for (std::size_t i = 0; i < fill.size(); ++i) fill[i] = 0.25 * static_cast<double>(i % 7) - 0.75;
+      x.storage()->store_f64(0, 1, x.storage()->numel(), fill.data());
+      padded.tensors[name] = x;
+    }
+    padded.tensor("q").copy_from(plain.tensor("q").to_f64());
+    const Tensor& pq = padded.tensor("q");
+    const Tensor dense_q = Tensor::view(pq.storage(), {t, hq, d}, {pq.strides()[0], d, 1}, pq.offset());
+    Case as_read = plain.clone();
+    as_read.tensor("q").copy_from(dense_q.to_f64());
+    const Case out = run_clone(get(twin), padded);
+    const Case want = run_clone(get(twin), as_read);
+    const Tensor& po = out.tensor("o");
+    const Tensor dense_o = Tensor::view(po.storage(), {t, hq, d}, {hq * d, d, 1}, po.offset());
+    EXPECT_EQ(dense_o.to_f64(), want.tensor("o").to_f64()) << twin;
+    const auto repaired = get(twin).without_defects({"heads_addressed_dense"});
+    ASSERT_NE(repaired, nullptr) << twin;
+    EXPECT_EQ(run_clone(*repaired, padded).tensor("o").to_f64(),
+              run_clone(*repaired, plain).tensor("o").to_f64())
+        << twin;
+  }
+}
+
+// ROCM_AITER_FA sends decode rows of a layer with a sliding window to aiter's Triton unified_attention
+// (rocm_aiter_fa.py AiterFlashAttentionImpl.forward, `use_unified_attention`, at vllm 002d0eb6), called on
+// the decode rows with max_seqlen_q = 1: a window forces its 2D path, so the aiter unified twins' decode
+// numerics (tile min(64, next_pow2(block_size)), exp2 with folded scales) whatever the CU count.
+TEST(AttentionTwins, AiterFaWindowedDecodeRunsTheUnifiedKernel) {
+  for (DType kv : {DType::kBF16, DType::kF8E4M3FNUZ}) {
+    AttentionSpec s = attn_spec(DType::kBF16, kv, 16);
+    s.query_lens = {1, 1, 1};
+    s.params.window = 40;
+    s.poison_unused = false;
+    if (kv != DType::kBF16) s.params.k_scale = s.params.v_scale = 0.75;
+    const Case c = builders::attention_case(s, 12);
+    ASSERT_TRUE(get("cpu.attn.aiter_fa").supports(c).ok) << dtype_name(kv);
+    const Case fa = run_clone(get("cpu.attn.aiter_fa"), c);
+    EXPECT_FALSE(outputs_differ(fa, run_clone(get("cpu.attn.aiter_unified_mi300x"), c))) << dtype_name(kv);
+    AttentionSpec open = s;
+    open.params.window = 0;
+    if (kv == DType::kBF16)
+      EXPECT_TRUE(outputs_differ(
+          run_clone(get("cpu.attn.aiter_fa"), builders::attention_case(open, 12)),
+          run_clone(get("cpu.attn.aiter_unified_mi300x"), builders::attention_case(open, 12))));
+  }
+}
+
+// paged_attention_v1 applies the softcap as ck_tile's LogitsSoftCap, `c * tanhf(s * rcp)` with
+// rcp = 1.f / c formed on the host (pa_v1.cpp.jinja:64-68, pa_kernels.cuh:465-484 at aiter@e4048607; CK's
+// variants.hpp read at composable_kernel 23d348a6). One key: the twin's lse is the capped logit itself. A
+// logit where `s * rcp` and `s / c` give different tanh arguments tells the two apart.
+TEST(AttentionTwins, AiterFaDecodeSoftcapIsLogitsSoftCapWithTheHostReciprocal) {
+  const float cap = 30.0f, rcp = 1.0f / cap;
+  float x = 0.0f, expected = 0.0f;
+  for (int k = 1; k < 4096 && x == 0.0f; ++k) {
+    const float xi = static_cast<float>(k) / 16.0f;  // exact in bf16 up to 256
+    const float with_rcp = cap * std::tanh(xi * rcp);
+    if (with_rcp != cap * std::tanh(xi / cap)) {
+      x = xi;
+      expected = with_rcp;
+    }
+  }
+  ASSERT_NE(x, 0.0f);
+  Case c = probe_case(1, 1, 1.0, 13);
+  std::get<AttentionParams>(c.params).softcap = cap;
+  set_key(c, 0, static_cast<double>(x));
+  ASSERT_TRUE(get("cpu.attn.aiter_fa").supports(c).ok);
+  EXPECT_EQ(run_clone(get("cpu.attn.aiter_fa"), c).tensor("lse").at({0, 0}), static_cast<double>(expected))
+      << "x " << x;
+}
+
+// ROCM_AITER_FA's prefill and extend passes call flash_attn_varlen_func without the layer's logits soft cap
+// (rocm_aiter_fa.py forward, extend_forward at vllm 002d0eb6): a prefill row of a softcap case gives exactly
+// what it gives uncapped. Repaired (defect softcap_dropped), the passes cap the logits.
+TEST(AttentionTwins, AiterFaPrefillPassesDropTheSoftcap) {
+  AttentionSpec s = attn_spec(DType::kBF16, DType::kBF16, 16);
+  s.query_lens = {1, 7};
+  s.seq_lens = {37, 7};
+  s.q_stddev = 4.0;
+  s.poison_unused = false;
+  Case c = builders::attention_case(s, 14);
+  // The new tokens' inputs: the cache's values of the prefill sequence's tokens (a bf16 cache stores them).
+  const std::int64_t hkv = s.params.num_kv_heads, d = s.params.head_dim;
+  for (const auto& [input, cache] : {std::pair{"k_new", "k_cache"}, std::pair{"v_new", "v_cache"}}) {
+    Tensor x = Tensor::zeros(DType::kBF16, {8, hkv, d});
+    for (std::int64_t j = 0; j < 7; ++j) {
+      const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({1, j / 16}));
+      for (std::int64_t g = 0; g < hkv; ++g)
+        for (std::int64_t i = 0; i < d; ++i) x.set({1 + j, g, i}, c.tensor(cache).at({page, j % 16, g, i}));
+    }
+    c.tensors[input] = x;
+  }
+  Case capped = c.clone();
+  std::get<AttentionParams>(capped.params).softcap = 5.0;
+  ASSERT_TRUE(get("cpu.attn.aiter_fa").supports(capped).ok);
+  const Case plain_out = run_clone(get("cpu.attn.aiter_fa"), c);
+  const Case capped_out = run_clone(get("cpu.attn.aiter_fa"), capped);
+  const auto prefill_rows = [](const Case& x) {
+    std::vector<double> v;
+    for (std::int64_t tok = 1; tok < 8; ++tok)
+      for (std::int64_t h = 0; h < x.tensor("o").size(1); ++h)
+        for (std::int64_t i = 0; i < x.tensor("o").size(2); ++i) v.push_back(x.tensor("o").at({tok, h, i}));
+    return v;
+  };
+  EXPECT_EQ(prefill_rows(capped_out), prefill_rows(plain_out));
+  EXPECT_NE(capped_out.tensor("o").at({0, 0, 0}), plain_out.tensor("o").at({0, 0, 0}));  // decode row capped
+  const auto repaired = get("cpu.attn.aiter_fa").without_defects({"softcap_dropped"});
+  ASSERT_NE(repaired, nullptr);
+  EXPECT_NE(prefill_rows(run_clone(*repaired, capped)), prefill_rows(plain_out));
 }
 
 // aiter's 2D kernel declares `scale` a tl.constexpr, so `qk_scale = scale * RCP_LN2` is folded in double and

@@ -126,20 +126,37 @@ struct TileBounds {
 class AttentionTwin final : public TwinBackend {
  public:
   AttentionTwin(TwinInfo info, AttnKernel kernel, AttnBug bug)
-      : TwinBackend(std::move(info)), k_(std::move(kernel)), bug_(bug) {}
+      : TwinBackend(std::move(info)), k_(std::move(kernel)), bug_(bug) {
+    if (k_.windowed_decode)
+      window_twin_ = std::make_unique<AttentionTwin>(this->info(), *k_.windowed_decode, bug_);
+  }
 
   Support supports(const Case& c) const override;
   void run(Case& c) const override;
-  std::vector<std::string> modelled_defects() const override { return defects_on(k_, kDefects); }
+  // The defects of both kernels when windowed decode rows run another one (names shared by kernels are one
+  // defect: repairing it repairs both).
+  std::vector<std::string> modelled_defects() const override {
+    std::vector<std::string> out = defects_on(k_, kDefects);
+    if (k_.windowed_decode)
+      for (std::string& d : defects_on(*k_.windowed_decode, kDefects))
+        if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
+    return out;
+  }
   std::unique_ptr<Backend> without_defects(const std::vector<std::string>& names) const override {
     AttnKernel k = k_;
-    if (!repair_defects(k, kDefects, names)) return nullptr;
+    bool any = repair_defects(k, kDefects, names);
+    if (k_.windowed_decode) {
+      AttnKernel w = *k_.windowed_decode;
+      any = repair_defects(w, kDefects, names) || any;
+      k.windowed_decode = std::make_shared<const AttnKernel>(std::move(w));
+    }
+    if (!any) return nullptr;
     return std::make_unique<AttentionTwin>(info(), std::move(k), bug_);
   }
 
  private:
   // The upstream defects the kernel parameters can reproduce (docs/FINDINGS.md names each).
-  static constexpr std::array<DefectSwitch<AttnKernel>, 7> kDefects{{
+  static constexpr std::array<DefectSwitch<AttnKernel>, 9> kDefects{{
       {"softcap_from_exp", &AttnKernel::softcap_from_exp},
       {"page_tail_unmasked", &AttnKernel::page_tail_unmasked},
       {"masked_p_times_v", &AttnKernel::masked_p_times_v},
@@ -147,6 +164,8 @@ class AttentionTwin final : public TwinBackend {
       {"warp_partials_in_act", &AttnKernel::warp_partials_in_act},
       {"reduce_padded_slots", &AttnKernel::reduce_padded_slots},
       {"context_requantised", &AttnKernel::context_requantised},
+      {"heads_addressed_dense", &AttnKernel::heads_addressed_dense},
+      {"softcap_dropped", &AttnKernel::softcap_dropped},
   }};
 
   Support supports_kv(const Case& c) const;
@@ -176,10 +195,12 @@ class AttentionTwin final : public TwinBackend {
                                  std::vector<float>& p) const;
   float ll4mi_row(const Batch& b, const Plan& pl, const Row& r, float* out) const;
   void extend_sequence(const Batch& b, std::int64_t s) const;
+  void paged_sequence(const Batch& b, const Plan& pl, std::int64_t s, Panel& panel) const;
   void extend_panels(const Batch& b, std::int64_t s, std::int64_t g, Panel& context, Panel& fresh) const;
 
   AttnKernel k_;
   AttnBug bug_;
+  std::unique_ptr<AttentionTwin> window_twin_;  // k_.windowed_decode's twin
 };
 
 // ---- support
@@ -212,7 +233,12 @@ Support AttentionTwin::supports_kv(const Case& c) const {
   if (kv == c.tensor("o").dtype()) return Support::yes();
   if (!is_fp8(kv))
     return Support::no(fmt::format("KV cache {}: {} reads the activation dtype or fp8", dtype_name(kv), who));
-  if (!k_.fp8_unmodelled.empty() && (!k_.aiter_fa_extend || has_decode_sequence(c)))
+  // ROCM_AITER_FA: fp8 decode rows reach paged_attention_v1's fp8 path only without a window (windowed decode
+  // runs the unified kernel, modelled).
+  const bool pa_v1_decode =
+      !k_.aiter_fa_extend ||
+      (has_decode_sequence(c) && !(k_.windowed_decode && c.get<AttentionParams>().window > 0));
+  if (!k_.fp8_unmodelled.empty() && pa_v1_decode)
     return Support::no(fmt::format("KV cache {}: {}", dtype_name(kv), k_.fp8_unmodelled));
   if (!k_.kv_dtypes.empty() &&
       std::find(k_.kv_dtypes.begin(), k_.kv_dtypes.end(), kv) == k_.kv_dtypes.end()) {
@@ -523,7 +549,8 @@ float AttentionTwin::logit(const Batch& b, const Plan& pl, const Row& r, std::in
   for (std::int64_t i = 0; i < b.d; ++i) dot += r.q[i] * kt[i];
   const float s = bug_ == AttnBug::kLogitsRounded ? round_act(b.act, pl.qk_mul * dot) : pl.qk_mul * dot;
   if (pl.softcap <= 0.0f) return s;
-  if (!k_.softcap_from_exp) return pl.softcap * std::tanh(s / pl.softcap);
+  if (!k_.softcap_from_exp)
+    return pl.softcap * std::tanh(k_.softcap_times_rcp ? s * (1.0f / pl.softcap) : s / pl.softcap);
   // Triton kernels form tanh from two exponentials of s / c (aiter: exp2 of the log2-domain logit over the
   // natural cap, the same e^(s/c)); each overflows past |s / c| ~ 88.7 and inf / inf is NaN.
   const float d = s / pl.softcap;
@@ -691,7 +718,10 @@ float mfma16_warp_sum(const float* x, std::int64_t n) {
 Ll4miPartition AttentionTwin::ll4mi_partition(const Batch& b, const Plan& pl, const Row& r,
                                               std::int64_t begin, std::vector<float>& p) const {
   const std::int64_t len = r.panel->valid, end = std::min(begin + k_.partition, len);
-  const std::int64_t loaded_end = std::min(begin + k_.partition, r.panel->rows);
+  // Whole pages gathered (page_tail_unmasked): the kernel loads V for tokens past seq_len too, each from the
+  // last context block at slot t % block_size, and multiplies it with P = 0.
+  const bool loads_past = r.panel->rows > len;
+  const std::int64_t last_page = (cdiv(len, b.bs) - 1) * b.bs;
   const std::int64_t warps = k_.partition / k_.warp_tokens;
   const bool mfma4 = b.hq / b.hkv <= k_.mfma4_max_gqa;
   std::vector<float> warp_max(static_cast<std::size_t>(warps), kMaskedLogit),
@@ -728,12 +758,21 @@ Ll4miPartition AttentionTwin::ll4mi_partition(const Batch& b, const Plan& pl, co
   part.out.assign(static_cast<std::size_t>(b.d), 0.0f);
   for (std::int64_t w = 0; w < warps; ++w) {
     const std::int64_t t0 = begin + w * k_.warp_tokens;
-    for (std::int64_t t = t0; t < std::min(t0 + k_.warp_tokens, loaded_end); ++t) {
+    // Tokens whose V the kernel loads and multiplies: mfma16 (vLLM, aiter pa_v1) runs the SV MFMAs of all
+    // four warps' tokens to the partition's end; mfma4 skips a warp that starts at or past seq_len (its
+    // output is 0) and runs the others to the warp's end. Past seq_len the V block index is clamped to the
+    // last context block, so token t reads that block's slot t % block_size: its tail, and from the next
+    // block boundary on its valid slots again.
+    const std::int64_t t_end = !loads_past          ? std::min(t0 + k_.warp_tokens, end)
+                               : mfma4 && t0 >= len ? t0
+                                                    : t0 + k_.warp_tokens;
+    for (std::int64_t t = t0; t < t_end; ++t) {
       const float pt = at(t);  // 0 past seq_len
-      if (pt == 0.0f && !r.panel->v_nonfinite[static_cast<std::size_t>(t)]) continue;
+      const std::int64_t row = t < len ? t : last_page + t % b.bs;
+      if (pt == 0.0f && !r.panel->v_nonfinite[static_cast<std::size_t>(row)]) continue;
       // Repaired, a valid key outside the row's window stays out of P.V.
       if (t < len && (t < r.lo || t > r.hi) && !k_.masked_p_times_v) continue;
-      const float* vt = r.panel->v.data() + t * b.d;
+      const float* vt = r.panel->v.data() + row * b.d;
       for (std::int64_t i = 0; i < b.d; ++i) acc[static_cast<std::size_t>(i)] += pt * vt[i];
     }
     if (!per_warp) continue;
@@ -748,9 +787,9 @@ Ll4miPartition AttentionTwin::ll4mi_partition(const Batch& b, const Plan& pl, co
 }
 
 // ll4mi: the partitions, then paged_attention_ll4mi_reduce_kernel, which runs for a single partition too:
-// weights w_j = S_j * expf(M_j - M) (an accurate expf there), G = sum w_j, o = (sum_j out_j w_j, contracted
-// to FMAs) * (1 / (G + 1e-6)). The kernels write no LSE: the twin reports M + log(G). An empty sequence
-// (no partition; the reduce would read partition -1) is written as o = 0, lse = -inf.
+// weights w_j = S_j * expf(M_j - M) (an accurate expf there), G = their butterfly sum, o = (sum_j out_j w_j,
+// contracted to FMAs) * (1 / (G + 1e-6)). The kernels write no LSE: the twin reports M + log(G). An empty
+// sequence (no partition; the reduce would read partition -1) is written as o = 0, lse = -inf.
 float AttentionTwin::ll4mi_row(const Batch& b, const Plan& pl, const Row& r, float* out) const {
   const std::int64_t len = r.panel->valid;
   std::fill(out, out + b.d, 0.0f);
@@ -761,12 +800,22 @@ float AttentionTwin::ll4mi_row(const Batch& b, const Plan& pl, const Row& r, flo
     parts.push_back(ll4mi_partition(b, pl, r, begin, p));
   float m = parts.front().max;
   for (const Ll4miPartition& q : parts) m = std::fmax(m, q.max);
-  float g = 0.0f;
+  // G as the reduce's first warp forms it: lane l holds partitions l, l + 64, ... (NPAR_LOOPS passes, summed
+  // in order; slots past the last partition weigh 0), then a __shfl_xor butterfly over masks 32, 16, ..., 1,
+  // after which every lane holds the same tree sum.
+  constexpr std::size_t kLanes = 64;
   std::vector<float> w;
-  for (const Ll4miPartition& q : parts) {
-    w.push_back(q.sum * std::exp(q.max - m));
-    g += w.back();
+  std::array<float, kLanes> lane{};
+  for (std::size_t j = 0; j < parts.size(); ++j) {
+    w.push_back(parts[j].sum * std::exp(parts[j].max - m));
+    lane[j % kLanes] = j < kLanes ? w.back() : lane[j % kLanes] + w.back();
   }
+  for (std::size_t mask = kLanes / 2; mask >= 1; mask /= 2) {
+    std::array<float, kLanes> next{};
+    for (std::size_t l = 0; l < kLanes; ++l) next[l] = lane[l] + lane[l ^ mask];
+    lane = next;
+  }
+  const float g = lane[0];
   for (std::size_t j = 0; j < parts.size(); ++j)
     for (std::int64_t i = 0; i < b.d; ++i)
       out[i] = std::fma(parts[j].out[static_cast<std::size_t>(i)], w[j], out[i]);
@@ -823,6 +872,9 @@ void AttentionTwin::extend_sequence(const Batch& b, std::int64_t s) const {
   const std::int64_t q0 = b.query_start[s], ql = b.query_start[s + 1] - q0;
   const std::int64_t ctx = b.seq_lens[static_cast<std::size_t>(s)] - ql, w = b.p->window;
   const float qk_log2 = static_cast<float>(b.p->scale) * kLog2e;
+  // vLLM passes the passes no logits_soft_cap (defect softcap_dropped); repaired, they cap the logits.
+  const float cap = k_.softcap_dropped ? 0.0f : static_cast<float>(b.p->softcap);
+  const float sc = static_cast<float>(b.p->scale);
   Panel context, fresh;
   std::vector<float> q(static_cast<std::size_t>(b.d)), out(q.size());
   const Shape &qs = b.q->strides(), &os = b.o->strides();
@@ -834,12 +886,12 @@ void AttentionTwin::extend_sequence(const Batch& b, std::int64_t s) const {
         load_run(*b.q->storage(), b.q->offset() + tok * qs[0] + h * qs[1], qs[2], b.d, q.data());
         const std::int64_t lo =
             w > 0 ? std::max<std::int64_t>(0, j - w + 1) : 0;  // w > 0 only without context
-        const FaPartial suffix =
-            fa_varlen_row(b.act, q.data(), fresh.k.data(), fresh.v.data(), b.d, lo, j, qk_log2, k_.fa_tile);
+        const FaPartial suffix = fa_varlen_row(b.act, q.data(), fresh.k.data(), fresh.v.data(), b.d, lo, j,
+                                               qk_log2, k_.fa_tile, sc, cap);
         float lse = suffix.lse;
         if (ctx > 0) {
           const FaPartial prefix = fa_varlen_row(b.act, q.data(), context.k.data(), context.v.data(), b.d, 0,
-                                                 ctx - 1, qk_log2, k_.fa_tile);
+                                                 ctx - 1, qk_log2, k_.fa_tile, sc, cap);
           lse = merge_attn_states_row(b.act, prefix, suffix, out.data());
         } else {
           out = suffix.o;
@@ -864,35 +916,66 @@ float AttentionTwin::compute_row(const Batch& b, const Plan& pl, const Row& r, s
   return 0.0f;
 }
 
-void AttentionTwin::run(Case& c) const {
-  const Batch b = resolve(c);
-  const Plan pl = plan(b);
-  Panel panel;
+// The element run [first, first + n) of a tensor's storage that a kernel addressing it densely touches;
+// outside the storage the real kernel would read or write out of bounds: an error naming the tensor.
+void check_dense_run(const Tensor& t, const char* name, std::int64_t first, std::int64_t n) {
+  if (first < 0 || first + n > t.storage()->numel())
+    throw BackendError(
+        fmt::format("{}: the kernel's dense address {}..{} lies outside the tensor's storage of {} "
+                    "elements",
+                    name, first, first + n - 1, t.storage()->numel()));
+}
+
+// The rows of one sequence that a paged (non-extend) kernel computes, written to o and lse.
+void AttentionTwin::paged_sequence(const Batch& b, const Plan& pl, std::int64_t s, Panel& panel) const {
+  const std::int64_t q0 = b.query_start[s], qlen = b.query_start[s + 1] - q0;
   std::vector<float> q(static_cast<std::size_t>(b.d)), out(q.size());
   const Shape& qs = b.q->strides();
   const Shape& os = b.o->strides();
+  // ll4mi: q at `token * q_stride + head * D`, o at `(token * Hq + head) * D` (heads_addressed_dense).
+  const bool dense = k_.heads_addressed_dense;
+  for (std::int64_t g = 0; g < b.hkv; ++g) {
+    gather(b, pl, s, g, panel);
+    for (std::int64_t h = 0; h < b.hq; ++h) {
+      if (kv_head(b, h) != g) continue;
+      for (std::int64_t j = 0; j < qlen; ++j) {
+        const std::int64_t tok = q0 + j;
+        const std::int64_t q_at = b.q->offset() + tok * qs[0] + h * (dense ? b.d : qs[1]);
+        if (dense) check_dense_run(*b.q, "q", q_at, b.d);
+        load_run(*b.q->storage(), q_at, dense ? 1 : qs[2], b.d, q.data());
+        const float lse = compute_row(b, pl, make_row(b, q.data(), panel, s, j), h, out.data());
+        const std::int64_t o_at =
+            dense ? b.o->offset() + (tok * b.hq + h) * b.d : b.o->offset() + tok * os[0] + h * os[1];
+        if (dense) check_dense_run(*b.o, "o", o_at, b.d);
+        for (std::int64_t i = 0; i < b.d; ++i)
+          store(*b.o->storage(), o_at + i * (dense ? 1 : os[2]), out[static_cast<std::size_t>(i)]);
+        store(*b.lse->storage(), b.lse->index({tok, h}), lse);
+      }
+    }
+  }
+}
+
+void AttentionTwin::run(Case& c) const {
+  const Batch b = resolve(c);
+  const Plan pl = plan(b);
+  // Windowed decode rows on another kernel, called on them alone with max_seqlen_q = 1 (its launch choices
+  // see a decode batch; max_seqlen_k stays the whole batch's, as vLLM passes attn_metadata.max_seq_len).
+  const bool windowed = window_twin_ && b.p->window > 0;
+  Batch bw = b;
+  bw.max_query_len = 1;
+  const Plan plw = windowed ? window_twin_->plan(bw) : pl;
+  Panel panel;
   for (std::int64_t s = 0; s < b.num_seqs; ++s) {
-    const std::int64_t q0 = b.query_start[s], qlen = b.query_start[s + 1] - q0;
+    const std::int64_t qlen = b.query_start[s + 1] - b.query_start[s];
     if (qlen == 0) continue;
     if (k_.aiter_fa_extend && qlen > 1) {
       extend_sequence(b, s);
       continue;
     }
-    for (std::int64_t g = 0; g < b.hkv; ++g) {
-      gather(b, pl, s, g, panel);
-      for (std::int64_t h = 0; h < b.hq; ++h) {
-        if (kv_head(b, h) != g) continue;
-        for (std::int64_t j = 0; j < qlen; ++j) {
-          const std::int64_t tok = q0 + j;
-          load_run(*b.q->storage(), b.q->offset() + tok * qs[0] + h * qs[1], qs[2], b.d, q.data());
-          const float lse = compute_row(b, pl, make_row(b, q.data(), panel, s, j), h, out.data());
-          const std::int64_t base = b.o->offset() + tok * os[0] + h * os[1];
-          for (std::int64_t i = 0; i < b.d; ++i)
-            store(*b.o->storage(), base + i * os[2], out[static_cast<std::size_t>(i)]);
-          store(*b.lse->storage(), b.lse->index({tok, h}), lse);
-        }
-      }
-    }
+    if (windowed)
+      window_twin_->paged_sequence(bw, plw, s, panel);
+    else
+      paged_sequence(b, pl, s, panel);
   }
 }
 

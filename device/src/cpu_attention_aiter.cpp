@@ -13,12 +13,14 @@ constexpr const char* kAiterProvenance =
     "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879 aiter/ops/triton/attention/unified_attention.py, "
     "aiter/ops/triton/_triton_kernels/attention/unified_attention.py (CDNA paths)";
 
+}  // namespace
+
 // exp2 with scale * log2(e) * k_scale formed in the kernel in fp32, fp8 K/V cast to the activation dtype
 // unscaled, v_scale in the epilogue (acc * (v_scale / L)), softcap from exp2 of s / c, sinks folded by
 // log2(e); the 2D path unless no window, max_seqlen_k > 512 and a 2D grid of at most 4 programs per CU, then
 // the 3D path with segments from the CU count; tiles min(64, next_pow2(block_size)) for decode batches and
 // the 3D path (tile == block size: the page is loaded without a mask), 64 (32 from D 256) for prefill.
-std::unique_ptr<Backend> aiter_unified(std::string name, std::string device, int cus, DType fp8) {
+AttnKernel aiter_unified_kernel(int cus, DType fp8) {
   AttnKernel k;
   k.schedule = AttnSchedule::kTiled;
   k.launch = UnifiedLaunch::kAiter;
@@ -39,6 +41,13 @@ std::unique_ptr<Backend> aiter_unified(std::string name, std::string device, int
   k.kv_dtypes = {fp8};  // select_3d_config: F16, BF16 or FP8 e4m3 (the device's e4m3 flavour)
   k.non_causal = false;
   k.causal_reason = "aiter unified_attention asserts causal (\"Only causal attention is supported\")";
+  return k;
+}
+
+namespace {
+
+std::unique_ptr<Backend> aiter_unified(std::string name, std::string device, int cus, DType fp8) {
+  AttnKernel k = aiter_unified_kernel(cus, fp8);
   k.name_for_reasons = fmt::format("ROCM_AITER_UNIFIED_ATTN ({})", device);
   TwinInfo i;
   i.name = std::move(name);

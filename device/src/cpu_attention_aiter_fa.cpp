@@ -1,19 +1,24 @@
-// ROCM_AITER_FA: decode through aiter's paged_attention_v1 (an ll4mi kernel); prefill and extend through
-// aiter's flash_attn_varlen_func on the new tokens' inputs and the gathered context, merged by vLLM's
-// merge_attn_states.
+// ROCM_AITER_FA: decode through aiter's paged_attention_v1 (an ll4mi kernel), or with a sliding window
+// through aiter's Triton unified_attention; prefill and extend through aiter's flash_attn_varlen_func on the
+// new tokens' inputs and the gathered context, merged by vLLM's merge_attn_states. The backend's routing is
+// read in vllm/v1/attention/backends/rocm_aiter_fa.py at vllm 002d0eb6 (the code index's text; the project
+// pin 0013943's is not stored here).
 #include "builtin.hpp"
 #include "twin_attention.hpp"
 
 namespace driftcheck::twin {
 
-// Decode rows: aiter paged_attention_v1 runs paged_attention_ll4mi_QKV_mfma16_kernel for every GQA ratio
-// (pa_kernels.cuh): 256-token partitions of four 64-token warps, __expf, per-warp max, P normalised by
-// (sum + 1e-6) and rounded to act, one fp32 P.V per partition rounded to act, the ll4mi reduce. A sliding
-// window sets the logits of keys below it to -FLT_MAX, which stay in the softmax and in P.V (P = 0), so an
-// infinite V there gives NaN (defect masked_p_times_v). Declined, each with the reason: fp8 caches (the
-// kernel then quantises q and P to fp8 for fp8 MFMAs), softcap (ck_tile's LogitsSoftCap transform, applied
-// after the window mask). Rows of sequences with query length > 1 take the prefill/extend path
-// (AttnKernel::aiter_fa_extend; windowed extends and chunked contexts declined).
+// Decode rows without a window: aiter paged_attention_v1 runs paged_attention_ll4mi_QKV_mfma16_kernel for
+// every GQA ratio (pa_kernels.cuh): 256-token partitions of four 64-token warps, __expf, per-warp max, P
+// normalised by (sum + 1e-6) and rounded to act, one fp32 P.V per partition rounded to act, the ll4mi reduce;
+// a softcap as ck_tile's LogitsSoftCap, c * tanhf(s * (1 / c)); V past seq_len read from the last context
+// block with P = 0 (defect page_tail_unmasked); q and o addressed as dense heads (defect
+// heads_addressed_dense). Decode rows of a windowed case: aiter's unified_attention (rocm_aiter_fa.py
+// `use_unified_attention`), the cpu.attn.aiter_unified_* arithmetic on the 2D path (a window forces it, so no
+// CU count enters). Declined, with the reason: fp8 caches on non-windowed decode rows (the kernel then
+// quantises q and P to fp8 for fp8 MFMAs). Rows of sequences with query length > 1 take the prefill/extend
+// path (AttnKernel::aiter_fa_extend; windowed extends and chunked contexts declined), which vLLM calls
+// without the logits soft cap (defect softcap_dropped).
 std::unique_ptr<Backend> make_cpu_attn_aiter_fa() {
   AttnKernel k;
   k.schedule = AttnSchedule::kLl4mi;
@@ -24,36 +29,44 @@ std::unique_ptr<Backend> make_cpu_attn_aiter_fa() {
   k.warp_tokens = 64;
   k.mfma4_max_gqa = 0;  // pa_v1 instantiates the mfma16 kernel only
   k.page_tail_unmasked = true;
+  k.heads_addressed_dense = true;
   k.reduce_padded_slots = true;
   k.masked_p_times_v = true;
   k.empty_tile_step = false;
   k.softcap_from_exp = false;
+  k.softcap_times_rcp = true;
   k.block_sizes = {16, 32};
   // The backend's head sizes; the kernel needs multiples of 64 (VHELOOP = HEAD_SIZE / 64).
   k.head_dims = {64, 128, 256};
   k.aiter_fa_extend = true;
   k.context_requantised = true;
-  // fp8 caches reach the prefill/extend path only (decode with fp8 is declined above): the platform's e4m3
-  // (current_platform.fp8_dtype(): fnuz on MI300, fn on MI355).
+  k.softcap_dropped = true;
+  // fp8 caches: the platform's e4m3 (current_platform.fp8_dtype(): fnuz on MI300, fn on MI355); the unified
+  // kernel casts either to act unscaled (exact) and folds k_scale into its logit multiplier.
   k.kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN};
+  AttnKernel unified = aiter_unified_kernel(0, DType::kF8E4M3FNUZ);
+  unified.kv_dtypes = k.kv_dtypes;
+  k.windowed_decode = std::make_shared<const AttnKernel>(std::move(unified));
   k.name_for_reasons = "ROCM_AITER_FA paged_attention_v1";
   k.fp8_unmodelled =
-      "ROCM_AITER_FA's paged_attention_v1 (decode rows) quantises q and P to fp8 for fp8 MFMAs with an fp8 "
-      "cache; the twin does not model that path (batches without decode rows run)";
-  k.softcap_unmodelled =
-      "ROCM_AITER_FA's paged_attention_v1 applies ck_tile's LogitsSoftCap after the window mask; the twin "
-      "does not model that transform";
+      "ROCM_AITER_FA's paged_attention_v1 (decode rows without a window) quantises q and P to fp8 for fp8 "
+      "MFMAs with an fp8 cache; the twin does not model that path (batches without such rows run)";
   TwinInfo i;
   i.name = "cpu.attn.aiter_fa";
   i.description =
       "ROCM_AITER_FA decode: aiter paged_attention_v1 (ll4mi mfma16: 256-token partitions, per-warp max, "
-      "P and partition outputs in act, reduce with 1e-6); prefill/extend: flash_attn_varlen passes on the "
-      "new tokens' inputs and the re-quantised context, merged by merge_attn_states";
+      "P and partition outputs in act, reduce with 1e-6), windowed decode on aiter's unified_attention; "
+      "prefill/extend: flash_attn_varlen passes on the new tokens' inputs and the re-quantised context, "
+      "merged "
+      "by merge_attn_states";
   i.provenance =
-      "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 "
-      "vllm/v1/attention/backends/rocm_aiter_fa.py; "
-      "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879 csrc/cpp_itfs/pa/pa_v1.py, pa_v1.cpp.jinja, "
-      "pa_kernels.cuh (_paged_attention_kernel, _paged_attention_ll4mi_reduce_kernel); "
+      "vllm-project/vllm@002d0eb6012db14ad48a6db7abecdc1015f2da5d "
+      "vllm/v1/attention/backends/rocm_aiter_fa.py (AiterFlashAttentionImpl.forward, extend_forward, "
+      "cp_mha_gather_cache_kernel); "
+      "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879 aiter/ops/attention.py paged_attention_v1, "
+      "csrc/cpp_itfs/pa/pa_v1.py, pa_v1.cpp.jinja, pa_kernels.cuh (_paged_attention_kernel, "
+      "_paged_attention_ll4mi_reduce_kernel), "
+      "aiter/ops/triton/_triton_kernels/attention/unified_attention.py; "
       "vllm/v1/attention/ops/triton_merge_attn_states.py";
   i.numerics.p_rounded = true;
   i.numerics.partials_rounded = true;
@@ -62,9 +75,8 @@ std::unique_ptr<Backend> make_cpu_attn_aiter_fa() {
   // rounding a correct gather makes; the fp8 re-quantisation beyond it is the defect context_requantised).
   i.numerics.kv_dequant_rounded = true;
   i.supports_summary =
-      "bf16/fp16 q; KV act, or fp8 e4m3 (fn/fnuz) in batches without decode rows; block_size 16/32; "
-      "head_dim 64/128/256; window (not with a context); query length <= seq_len; no softcap (declined), no "
-      "sinks";
+      "bf16/fp16 q; KV act, or fp8 e4m3 (fn/fnuz) in batches without non-windowed decode rows; block_size "
+      "16/32; head_dim 64/128/256; window (not with a context); softcap; query length <= seq_len; no sinks";
   return make_attention_backend(std::move(i), std::move(k));
 }
 

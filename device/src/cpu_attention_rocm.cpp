@@ -10,8 +10,11 @@ namespace driftcheck::twin {
 // bf16/fp16), k_scale after QK, v_scale after PV; GQA <= 4 runs the mfma4 kernel (per-warp P.V rounded,
 // warps summed with truncating bf16 adds: defect warp_partials_in_act), GQA 5..16 the mfma16 kernel (one
 // fp32 P.V per partition); the reduce kernel merges the act partition outputs in fp32 and divides by
-// (global sum + 1e-6). The last page is read whole: its slots past seq_len enter P.V with P = 0 (defect
-// page_tail_unmasked).
+// (global sum + 1e-6). V past seq_len is read from the last context block (slot t % block_size, to the
+// partition's end for mfma16, the warp's end for mfma4) and enters P.V with P = 0 (defect
+// page_tail_unmasked). q is read at `token * q_stride + head * D` and o written at `(token * Hq + head) * D`
+// (defect heads_addressed_dense). Text read: csrc/rocm/attention.cu at vllm 4388f06 (the code index's only
+// version; the project pin 0013943's text is not stored here), docs/BACKENDS.md gives the lines.
 std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   AttnKernel k;
   k.schedule = AttnSchedule::kLl4mi;
@@ -24,6 +27,7 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   k.warp_partials_in_act = true;
   k.reduce_padded_slots = true;
   k.page_tail_unmasked = true;
+  k.heads_addressed_dense = true;
   k.masked_p_times_v = false;  // decode rows see every key below seq_len: nothing else is masked
   k.empty_tile_step = false;   // no tiles of query blocks
   k.block_sizes = {16, 32};
@@ -42,11 +46,17 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   i.description =
       "vLLM ROCM_ATTN custom paged attention (csrc/rocm/attention.cu): 256-token partitions, per-warp max, "
       "mfma4 (GQA <= 4) warp partials in act with truncating bf16 adds, act partition outputs";
+  // The pin (vllm@0013943)'s csrc/rocm/attention.cu cannot be read here; the code index holds this file at
+  // 4388f06 only, so that is the text the twin models, line by line (docs/BACKENDS.md).
   i.provenance =
-      "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 csrc/rocm/attention.cu "
-      "(paged_attention_ll4mi_QKV_mfma4_kernel, paged_attention_ll4mi_QKV_mfma16_kernel, "
-      "paged_attention_ll4mi_reduce_kernel, paged_attention_custom_launcher), "
-      "vllm/v1/attention/backends/rocm_attn.py";
+      "vllm-project/vllm@4388f06cc1d412e2c9d8ac92460cd2598275a824 csrc/rocm/attention.cu "
+      "(paged_attention_ll4mi_QKV_mfma16_kernel 264-771, paged_attention_ll4mi_QKV_mfma4_kernel 777-1274, "
+      "paged_attention_ll4mi_reduce_kernel 1277-1483, paged_attention_custom_launcher 1590-1745, "
+      "paged_attention "
+      "1811-1854); "
+      "vllm@69f87df387332b6d414cef3a9f170a20ede400eb vllm/v1/attention/ops/chunked_prefill_paged_decode.py "
+      "(ops.paged_attention_rocm for decode rows when use_rocm_custom_paged_attention); "
+      "vllm@f65b0793565300271712caa1351f0a1311f974f8 vllm/v1/attention/backends/rocm_attn.py";
   i.numerics.p_rounded = true;
   i.numerics.partials_rounded = true;
   i.supports_summary =

@@ -73,6 +73,11 @@ struct AttnKernel {
   // last partition's output with weight 0, so `acc += out_last * 0` turns an infinite output element into
   // NaN. Repaired, only the real partitions are summed.
   bool reduce_padded_slots = false;
+  // The ll4mi decode kernels address q as `q + token * q_stride + head * HEAD_SIZE` and the reduce writes o
+  // at `out + (token * num_heads + head) * HEAD_SIZE`: only q's token stride is passed, heads and elements
+  // are taken as dense and o as contiguous. A q with padded heads is misread and a strided o miswritten (into
+  // its padding and other rows). Repaired, q and o are read and written through their strides.
+  bool heads_addressed_dense = false;
   // ---- unified (kTiled) kernels
   UnifiedLaunch launch = UnifiedLaunch::kVllm;
   int split_segments = 0;                   // vLLM 3D path: segments per sequence (0: never split)
@@ -93,7 +98,10 @@ struct AttnKernel {
   bool window_v_zeroed = false;     // vLLM: V outside the window of the block's FIRST query zeroed first
   bool page_tail_unmasked = false;  // aiter: a tile of exactly one page is loaded without the seq mask
   bool softcap_from_exp = true;     // c (e^(s/c) - e^(-s/c)) / (e^(s/c) + e^(-s/c)): NaN past |s/c| ~ 88.7
-  bool l_fma = false;               // L * alpha + l_j contracted to one FMA (Triton on NVIDIA)
+  // Otherwise c * tanh(s / c); with this, c * tanhf(s * fp32(1 / c)) (ck_tile's LogitsSoftCap with the host's
+  // reciprocal, as aiter's paged_attention_v1 applies it).
+  bool softcap_times_rcp = false;
+  bool l_fma = false;  // L * alpha + l_j contracted to one FMA (Triton on NVIDIA)
   // aiter: scale * log2(e) * k_scale formed in the kernel (2D: scale * log2(e) a constexpr folded in double,
   // then * k_scale in fp32; 3D: all in fp32).
   bool scale_folded_in_fp32 = false;
@@ -107,6 +115,13 @@ struct AttnKernel {
   // unless the scale is a power of two. Repaired, the dequantised value is rounded to act once.
   bool context_requantised = false;
   std::int64_t fa_tile = 128;  // keys per tile of the FlashAttention passes (CK's kN0 for these head sizes)
+  // The prefill/extend passes are called without the layer's logits soft cap (flash_attn_varlen_func gets no
+  // logits_soft_cap), so a softcap case's prefill and extend rows run uncapped. Repaired, the passes cap the
+  // logits (c * tanh(s / c)).
+  bool softcap_dropped = false;
+  // Decode rows of a case with a sliding window run this kernel instead (ROCM_AITER_FA sends windowed decode
+  // to aiter's Triton unified_attention, called on the decode rows alone with max_seqlen_q = 1).
+  std::shared_ptr<const AttnKernel> windowed_decode;
   // What the kernel accepts (supports()).
   std::vector<std::int64_t> block_sizes;  // empty: any multiple of 16
   std::vector<std::int64_t> head_dims;    // empty: any in [min_head_dim, max_head_dim]
@@ -151,6 +166,10 @@ std::unique_ptr<Backend> make_attention_backend(TwinInfo info, AttnKernel kernel
 // The kernels and identities the twins declare, so mutants reuse exactly the same parameters.
 AttnKernel triton_unified_kernel();
 TwinInfo triton_unified_info();
+
+// aiter's Triton unified_attention (CDNA paths) on a device of `cus` compute units whose fp8 KV is `fp8`
+// (the kernel of the cpu.attn.aiter_unified_* twins; ROCM_AITER_FA's windowed decode rows run it too).
+AttnKernel aiter_unified_kernel(int cus, DType fp8);
 
 // vLLM's default CUDA-graph capture sizes (CompilationConfig): 1, 2, 4, then steps of 8 to 256, then 16 to
 // 512.

@@ -19,7 +19,8 @@ float fast_exp(float x) {
 }  // namespace
 
 FaPartial fa_varlen_row(DType act, const float* q, const float* k, const float* v, std::int64_t d,
-                        std::int64_t lo, std::int64_t hi, float qk_log2, std::int64_t tile) {
+                        std::int64_t lo, std::int64_t hi, float qk_log2, std::int64_t tile, float scale,
+                        float softcap) {
   FaPartial r;
   r.o.assign(static_cast<std::size_t>(d), 0.0f);
   if (hi < lo) {
@@ -34,7 +35,8 @@ FaPartial fa_varlen_row(DType act, const float* q, const float* k, const float* 
     for (std::int64_t t = t0; t < t1; ++t) {
       float dot = 0.0f;
       for (std::int64_t i = 0; i < d; ++i) dot += q[i] * k[t * d + i];
-      s[static_cast<std::size_t>(t - t0)] = dot * qk_log2;
+      s[static_cast<std::size_t>(t - t0)] =
+          softcap > 0.0f ? softcap * std::tanh(dot * scale / softcap) * kLog2e : dot * qk_log2;
       tile_m = std::fmax(tile_m, s[static_cast<std::size_t>(t - t0)]);
     }
     const float alpha = std::exp2(m - tile_m);

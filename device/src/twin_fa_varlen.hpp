@@ -22,8 +22,11 @@ struct FaPartial {
 // of the activation dtype): logits `dot * qk_log2` (softmax_scale * log2(e) in fp32) in the log2 domain, an
 // online softmax over tiles of `tile` keys with exp2, P rounded to act before P.V, fp32 accumulation,
 // o = act(acc / l), lse = (m + log2(l)) ln 2. A row with no key gives o = 0 and lse = -inf.
+// With softcap > 0 (natural units; the repaired twin only: vLLM passes none) the logit is
+// `c * tanh(dot * scale / c) * log2(e)` instead.
 FaPartial fa_varlen_row(DType act, const float* q, const float* k, const float* v, std::int64_t d,
-                        std::int64_t lo, std::int64_t hi, float qk_log2, std::int64_t tile);
+                        std::int64_t lo, std::int64_t hi, float qk_log2, std::int64_t tile,
+                        float scale = 0.0f, float softcap = 0.0f);
 
 // vLLM's Triton merge_attn_states for one row: LSEs of +inf read as -inf, m = max, p = e^(lse_p - m),
 // s = e^(lse_s - m), out = o_p * (p / (p + s)) + o_s * (s / (p + s)) in fp32, stored in act; returns
