@@ -600,6 +600,35 @@ TEST(AttentionTwins, Ll4miMfma16SumsAWarpByLaneRows) {
   }
 }
 
+// vLLM's mfma4 kernel (GQA 1..4) sums a warp's 64 exponentials per lane (tokens 16 r + 4 k + i of lane group
+// k of row r, in order), then by DPP `row_ror:4`, `row_ror:8` within each row (rotate right: lane i adds lane
+// (i - N) mod 16), `ds_bpermute` across rows and the two rotations again (csrc/rocm/attention.cu:1106-1134 at
+// vllm 4388f06): S = (R_1 + R_2) + (R_3 + R_0), R_r = (a_1 + a_2) + (a_3 + a_0). Token 0 with logit 0 and 63
+// tokens with logit -17 (p ~ 4.1e-8, below half an ulp of 1): the order shows in the lse = log(S).
+TEST(AttentionTwins, Ll4miMfma4SumsAWarpByDppRotations) {
+  const float p = std::exp2(-17.0f * 1.44269504088896340736f);
+  const auto rotated = [](const std::array<float, 4>& a) { return (a[1] + a[2]) + (a[3] + a[0]); };
+  std::array<float, 4> row{};
+  for (int r = 0; r < 4; ++r) {
+    std::array<float, 4> group{};
+    for (int k = 0; k < 4; ++k)
+      for (int i = 0; i < 4; ++i) group[static_cast<std::size_t>(k)] += 16 * r + 4 * k + i == 0 ? 1.0f : p;
+    row[static_cast<std::size_t>(r)] = rotated(group);
+  }
+  const float dpp = rotated(row);
+  float in_order = 0.0f;
+  for (int t = 0; t < 64; ++t) in_order += t == 0 ? 1.0f : p;
+  ASSERT_NE(dpp, in_order);
+  for (const std::int64_t hq : {1, 4}) {
+    Case c = probe_case(hq, 64, 1.0, 15);
+    for (std::int64_t t = 1; t < 64; ++t) set_key(c, t, -17.0);
+    const Case out = run_clone(get("cpu.attn.rocm_custom"), c);
+    for (std::int64_t h = 0; h < hq; ++h)
+      EXPECT_EQ(out.tensor("lse").at({0, h}), static_cast<double>(std::log(dpp)))
+          << "GQA " << hq << " head " << h;
+  }
+}
+
 // Both ll4mi kernels form the partition sum as `sum += S_w * e^(m_w - M)` (pa_kernels.cuh:578-583 at
 // aiter@e4048607; vLLM's mfma16 and mfma4 kernels alike), which hipcc contracts to an FMA. Warp 0 holds 64
 // logits 0 (S_0 = 64, M = 0), warp 1 three logits x (S_1 = 3, weight e^x): where rounding 3 e^x before the

@@ -687,12 +687,6 @@ float add_act(DType act, float x, float y) {
   return act == DType::kBF16 ? round_act_toward_zero(act, s) : round_act(act, s);
 }
 
-float sequential_sum(const float* x, std::int64_t n) {
-  float s = 0.0f;
-  for (std::int64_t i = 0; i < n; ++i) s += x[i];
-  return s;
-}
-
 // The mfma16 kernels' exp sum over one 64-token warp (pa_kernels.cuh:512-529 at aiter@e4048607, the same in
 // vLLM's paged_attention_ll4mi_QKV_mfma16_kernel): the QK MFMA leaves token 16 * d + 4 * r + i (d, i in 0..3)
 // in lane row r, each lane sums its 16 tokens in (d, i) order, then __shfl_xor over 32 and 16 lanes adds the
@@ -707,6 +701,29 @@ float mfma16_warp_sum(const float* x, std::int64_t n) {
         if (t < n) row[static_cast<std::size_t>(r)] += x[t];
       }
   return (row[0] + row[2]) + (row[1] + row[3]);
+}
+
+// vLLM's mfma4 kernel's exp sum over one 64-token warp (csrc/rocm/attention.cu:1106-1134 at vllm 4388f06):
+// after the 4x4 transpose lane 16 r + 4 k + h holds tokens 16 r + 4 k + i (i in 0..3) of head h and sums them
+// in order; `v_add_f32_dpp row_ror:4` then `row_ror:8` add, within each row of 16 lanes, the value of the
+// lane 4 (then 8) below, rotating (DPP rotate right: lane i reads lane (i - N) mod 16), so group 0 of row r
+// holds R_r = (a_1 + a_2) + (a_3 + a_0); `ds_bpermute` gives group k of every row R_k, and the same two steps
+// leave (R_1 + R_2) + (R_3 + R_0) in lanes 0..3, which write the warp's sum. Tokens past the loaded count add
+// 0.
+float mfma4_warp_sum(const float* x, std::int64_t n) {
+  constexpr std::int64_t kRows = 4, kGroups = 4, kTokens = 4;
+  const auto rotated = [](const std::array<float, 4>& a) { return (a[1] + a[2]) + (a[3] + a[0]); };
+  std::array<float, kRows> row{};
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    std::array<float, kGroups> group{};
+    for (std::int64_t k = 0; k < kGroups; ++k)
+      for (std::int64_t i = 0; i < kTokens; ++i) {
+        const std::int64_t t = 16 * r + 4 * k + i;
+        group[static_cast<std::size_t>(k)] += t < n ? x[t] : 0.0f;
+      }
+    row[static_cast<std::size_t>(r)] = rotated(group);
+  }
+  return rotated(row);
 }
 
 // One partition of an ll4mi kernel (paged_attention_ll4mi_QKV_mfma16 / _mfma4): per warp of `warp_tokens`
@@ -739,7 +756,7 @@ Ll4miPartition AttentionTwin::ll4mi_partition(const Batch& b, const Plan& pl, co
     if (bug_ == AttnBug::kNoMaxSubtraction) m = 0.0f;
     for (std::int64_t t = t0; t < t1; ++t) at(t) = exp_of(k_.exp, at(t) - m);
     warp_sum[static_cast<std::size_t>(w)] =
-        mfma4 ? sequential_sum(&at(t0), t1 - t0) : mfma16_warp_sum(&at(t0), t1 - t0);
+        mfma4 ? mfma4_warp_sum(&at(t0), t1 - t0) : mfma16_warp_sum(&at(t0), t1 - t0);
     part.max = std::fmax(part.max, m);
   }
   for (std::int64_t w = 0; w < warps; ++w) {
