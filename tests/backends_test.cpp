@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 // White-box: the fast fp16 rounding every twin relies on, and fresh backends for a private registry.
 #include "../device/src/builtin.hpp"
@@ -20,6 +21,8 @@
 #include "case_builders.hpp"
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
+#include "driftcheck/fuzz/oracle.hpp"
+#include "driftcheck/fuzz/spec.hpp"
 #include "driftcheck/reference/reference.hpp"
 
 namespace driftcheck {
@@ -503,11 +506,13 @@ AttnBound attention_bound(const Numerics& n, const Case& c) {
   return {o, dlogit + 1e-5};
 }
 
+// The reference is the one of the declared source of the new tokens' K/V (case.hpp NewKv) where the case
+// carries the inputs.
 double attention_ratio(const Backend& b, const Numerics& declared, const Case& c, std::string* where) {
   const AttnBound bound = attention_bound(declared, c);
   const double u = unit_roundoff(c.tensor("o").dtype());
   return worst_ratio(
-      run_clone(b, c), reference(c),
+      run_clone(b, c), reference_attention(c, c.has("k_new") ? declared.new_kv : NewKv::kCache),
       [&](const std::string& name, double r) {
         return name == "lse" ? bound.lse * (1 + std::fabs(r)) : bound.o + u * std::fabs(r);
       },
@@ -951,6 +956,47 @@ Case attention_with(const std::function<void(AttentionSpec&)>& edit) {
   return builders::attention_case(s, 3);
 }
 
+// ROCM_AITER_FA's prefill/extend path on an fp8 cache: two extends over contexts and a 20-token prefill, no
+// decode row (paged_attention_v1 with fp8 is declined), k_scale 0.5 and v_scale 2. The new tokens' K/V inputs
+// are the generator's (fuzz::add_new_kv): values inside each stored fp8 code's rounding interval, so they
+// differ from the dequantised cache by up to half an fp8 ulp.
+Case fp8_extend_case(double q_stddev, std::vector<std::int64_t> query_lens = {3, 20, 2},
+                     std::vector<std::int64_t> seq_lens = {37, 20, 300}) {
+  AttentionSpec s = attn_spec(DType::kBF16, DType::kF8E4M3FN, 16);
+  s.query_lens = std::move(query_lens);
+  s.seq_lens = std::move(seq_lens);
+  s.params.k_scale = 0.5;
+  s.params.v_scale = 2.0;
+  s.q_stddev = q_stddev;
+  Case c = builders::attention_case(s, 3);
+  fuzz::add_new_kv(c, 3);
+  return c;
+}
+
+// c with the new tokens' K/V inputs replaced by what the cache holds for them: act(stored * scale).
+Case inputs_from_cache(const Case& c) {
+  Case out = c.clone();
+  const auto& p = c.get<AttentionParams>();
+  const DType act = c.tensor("q").dtype();
+  const Tensor& table = c.tensor("block_table");
+  for (std::int64_t s = 0; s < c.tensor("seq_lens").size(0); ++s) {
+    const auto len = static_cast<std::int64_t>(c.tensor("seq_lens").at({s}));
+    const auto q0 = static_cast<std::int64_t>(c.tensor("query_start_loc").at({s}));
+    const auto ql = static_cast<std::int64_t>(c.tensor("query_start_loc").at({s + 1})) - q0;
+    for (std::int64_t j = 0; j < ql; ++j) {
+      const std::int64_t pos = len - ql + j;
+      const auto block = static_cast<std::int64_t>(table.at({s, pos / p.block_size}));
+      for (const auto& [input, cache, scale] :
+           {std::tuple{"k_new", "k_cache", p.k_scale}, std::tuple{"v_new", "v_cache", p.v_scale}})
+        for (std::int64_t g = 0; g < p.num_kv_heads; ++g)
+          for (std::int64_t d = 0; d < p.head_dim; ++d)
+            out.tensor(input).set(
+                {q0 + j, g, d}, round_to(act, c.tensor(cache).at({block, pos % p.block_size, g, d}) * scale));
+    }
+  }
+  return out;
+}
+
 // For each mutant, a case that exposes it: the twin and the mutant must write different bytes.
 std::map<std::string, Case> exposing_cases() {
   std::map<std::string, Case> m;
@@ -998,6 +1044,12 @@ std::map<std::string, Case> exposing_cases() {
     for (std::int64_t j = 0; j < dense.size(1); ++j) wide.set({r, j}, std::max(dense.at({r, j}), 0.0));
   sliced.tensor("block_table") = wide;
   m["mutant.attn.table_stride_ignored"] = std::move(sliced);
+  // Seven 4-token prefills and an extend, q small: the first row of a prefill sees key 0 alone, so its o is
+  // that token's V input (or, for the mutant, its dequantised cache value: up to 0.4 fp8 ulp away), and with
+  // |q| small the bound's logit term (proportional to |q|, attention_bound) leaves about 3 bf16 roundings of
+  // max|v| to exceed.
+  m["mutant.attn.extend_new_kv_from_cache"] =
+      fp8_extend_case(0.02, {4, 4, 4, 4, 4, 4, 4, 3}, {4, 4, 4, 4, 4, 4, 4, 37});
   return m;
 }
 
@@ -1042,6 +1094,43 @@ TEST(Mutants, AgreeWithTheirTwinWhereTheBugCannotShow) {
   const Case small_pages = attention_with([](AttentionSpec&) {});  // block size 16 < 64
   EXPECT_FALSE(outputs_differ(run_clone(get("cpu.attn.triton_unified"), small_pages),
                               run_clone(get("mutant.attn.page_conversion"), small_pages)));
+  // A bf16 cache holds the inputs exactly (scale 1): reading the new tokens from it changes nothing.
+  AttentionSpec bf16 = attn_spec(DType::kBF16, DType::kBF16, 16);
+  bf16.query_lens = {3, 20, 2};
+  Case act_cache = builders::attention_case(bf16, 3);
+  fuzz::add_new_kv(act_cache, 3);
+  ASSERT_TRUE(get("mutant.attn.extend_new_kv_from_cache").supports(act_cache).ok);
+  EXPECT_FALSE(outputs_differ(run_clone(get("cpu.attn.aiter_fa"), act_cache),
+                              run_clone(get("mutant.attn.extend_new_kv_from_cache"), act_cache)));
+}
+
+// The extend mutant reads the new tokens' K/V from the cache, nothing else: on the drawn fp8 inputs it writes
+// exactly what its twin writes when the inputs are replaced by the dequantised cache, and other bytes than
+// the twin on the drawn inputs themselves. The oracle, judging both against the reference of the inputs they
+// declare (NewKv::kInputs), fails the mutant and passes the twin (known upstream defects repaired, as every
+// mutant proof); with inputs equal to the cache the two semantics are one and both pass.
+TEST(Mutants, ExtendNewKvFromCacheAttendsTheCacheNotTheInputs) {
+  const Backend& mutant = get("mutant.attn.extend_new_kv_from_cache");
+  const Backend& twin = get("cpu.attn.aiter_fa");
+  EXPECT_EQ(mutant.mutates(), twin.name());
+  EXPECT_EQ(mutant.numerics().new_kv, NewKv::kInputs);
+  const Case drawn = fp8_extend_case(1.0);
+  const Case cached = inputs_from_cache(drawn);
+  ASSERT_TRUE(mutant.supports(drawn).ok) << mutant.supports(drawn).reason;
+  EXPECT_TRUE(outputs_differ(run_clone(twin, drawn), run_clone(mutant, drawn)));
+  EXPECT_FALSE(outputs_differ(run_clone(twin, cached), run_clone(mutant, drawn)));
+  EXPECT_FALSE(outputs_differ(run_clone(twin, cached), run_clone(mutant, cached)));
+  const fuzz::PreparedCase differ = fuzz::prepare(drawn.clone()), same = fuzz::prepare(cached.clone());
+  ASSERT_NE(differ.from_inputs, nullptr);
+  EXPECT_EQ(same.from_inputs, nullptr);
+  const fuzz::Evaluation caught = fuzz::evaluate(numerics_of(mutant), differ);
+  EXPECT_TRUE(fuzz::is_failure(caught.verdict))
+      << fuzz::verdict_name(caught.verdict) << ": " << caught.detail;
+  for (const fuzz::PreparedCase* pc : {&differ, &same}) {
+    const fuzz::Evaluation ev = fuzz::evaluate(numerics_of(twin), *pc);
+    EXPECT_EQ(ev.verdict, fuzz::Verdict::kPass) << ev.detail;
+  }
+  EXPECT_EQ(fuzz::evaluate(numerics_of(mutant), same).verdict, fuzz::Verdict::kPass);
 }
 
 // vllm#48271: the same row gives other bits in a batch of 16 than alone, though the mutant claims batch

@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "twin_attention.hpp"
@@ -872,6 +873,20 @@ void AttentionTwin::extend_panels(const Batch& b, std::int64_t s, std::int64_t g
     requantise(context.v, b.p->v_scale);
   }
   fresh.valid = fresh.rows = ql;
+  if (bug_ == AttnBug::kExtendNewKvFromCache) {
+    // The mutant: the new tokens' rows [ctx, seq_len) read back from their cache slots (what the cache write
+    // stored: fp8 codes dequantised with the scale and rounded to act once; act caches as stored) instead of
+    // the inputs. The same values as the inputs wherever the cache holds them exactly.
+    std::vector<float> all;
+    for (const auto& [cache, scale, out] :
+         {std::tuple{b.k, b.p->k_scale, &fresh.k}, std::tuple{b.v, b.p->v_scale, &fresh.v}}) {
+      gather_one(b, *cache, scale, s, g, all, context.rows + ql);
+      out->assign(all.begin() + context.rows * b.d, all.end());
+      if (is_fp8(kv))
+        for (float& e : *out) e = static_cast<float>(round_to(b.act, e * static_cast<float>(scale)));
+    }
+    return;
+  }
   for (const auto& [input, out] : {std::pair{b.k_new, &fresh.k}, std::pair{b.v_new, &fresh.v}}) {
     out->resize(static_cast<std::size_t>(ql * b.d));
     const Shape& st = input->strides();

@@ -50,5 +50,6 @@ std::unique_ptr<Backend> make_mutant_attn_softcap_missing();
 std::unique_ptr<Backend> make_mutant_attn_sink_dropped();
 std::unique_ptr<Backend> make_mutant_attn_table_stride_ignored();
 std::unique_ptr<Backend> make_mutant_attn_logits_rounded();
+std::unique_ptr<Backend> make_mutant_attn_extend_new_kv_from_cache();
 
 }  // namespace driftcheck::twin

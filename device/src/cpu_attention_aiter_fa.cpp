@@ -19,7 +19,7 @@ namespace driftcheck::twin {
 // quantises q and P to fp8 for fp8 MFMAs). Rows of sequences with query length > 1 take the prefill/extend
 // path (AttnKernel::aiter_fa_extend; windowed extends and chunked contexts declined), which vLLM calls
 // without the logits soft cap (defect softcap_dropped).
-std::unique_ptr<Backend> make_cpu_attn_aiter_fa() {
+AttnKernel aiter_fa_kernel() {
   AttnKernel k;
   k.schedule = AttnSchedule::kLl4mi;
   k.exp = ExpImpl::kFastExp;
@@ -51,6 +51,10 @@ std::unique_ptr<Backend> make_cpu_attn_aiter_fa() {
   k.fp8_unmodelled =
       "ROCM_AITER_FA's paged_attention_v1 (decode rows without a window) quantises q and P to fp8 for fp8 "
       "MFMAs with an fp8 cache; the twin does not model that path (batches without such rows run)";
+  return k;
+}
+
+TwinInfo aiter_fa_info() {
   TwinInfo i;
   i.name = "cpu.attn.aiter_fa";
   i.description =
@@ -77,7 +81,11 @@ std::unique_ptr<Backend> make_cpu_attn_aiter_fa() {
   i.supports_summary =
       "bf16/fp16 q; KV act, or fp8 e4m3 (fn/fnuz) in batches without non-windowed decode rows; block_size "
       "16/32; head_dim 64/128/256; window (not with a context); softcap; query length <= seq_len; no sinks";
-  return make_attention_backend(std::move(i), std::move(k));
+  return i;
+}
+
+std::unique_ptr<Backend> make_cpu_attn_aiter_fa() {
+  return make_attention_backend(aiter_fa_info(), aiter_fa_kernel());
 }
 
 }  // namespace driftcheck::twin

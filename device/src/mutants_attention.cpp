@@ -1,5 +1,6 @@
 // Mutants of attention: each is the Triton unified twin (the twin that supports every case shape, so
-// campaigns reach every mutant) with one AttnBug switched on.
+// campaigns reach every mutant) with one AttnBug switched on, except the prefill/extend mutant: a path only
+// the ROCM_AITER_FA twin has, so it breaks that twin.
 #include "builtin.hpp"
 #include "twin_attention.hpp"
 
@@ -100,6 +101,19 @@ std::unique_ptr<Backend> make_mutant_attn_logits_rounded() {
       "FlashAttention's "
       "2x-naive-baseline rule tolerates it, since the naive baseline rounds its logits too (issue #12)",
       AttnBug::kLogitsRounded);
+}
+
+std::unique_ptr<Backend> make_mutant_attn_extend_new_kv_from_cache() {
+  return make_attention_backend(
+      mutant_info(
+          aiter_fa_info(), "mutant.attn.extend_new_kv_from_cache",
+          "prefill/extend: the causal pass over the new tokens reads their K/V back from the paged cache "
+          "slots (fp8: the stored codes times the scale, rounded to act) instead of the key/value inputs",
+          "the cache write and the attention read disagree: a backend whose prefill/extend contract "
+          "attends the layer's key/value inputs (ROCM_AITER_FA extend_forward) reading the new tokens "
+          "through the block table after reshape_and_cache stored them, so with an fp8 cache they are "
+          "quantised (up to half an fp8 ulp, 2^-4 relative for e4m3) where the inputs are exact"),
+      aiter_fa_kernel(), AttnBug::kExtendNewKvFromCache);
 }
 
 }  // namespace driftcheck::twin

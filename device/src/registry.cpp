@@ -137,6 +137,7 @@ Registry build_registry() {
   r.add(make_mutant_attn_sink_dropped());
   r.add(make_mutant_attn_table_stride_ignored());
   r.add(make_mutant_attn_logits_rounded());
+  r.add(make_mutant_attn_extend_new_kv_from_cache());
 #if DRIFTCHECK_HAVE_GPU
   register_gpu_mutants(r);
 #endif

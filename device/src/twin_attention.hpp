@@ -158,6 +158,9 @@ enum class AttnBug : std::uint8_t {
   kSinkDropped,         // the sink never enters the denominator
   kTableStrideIgnored,  // block table row s read at s * max_blocks: a slice of a wider table read as dense
   kLogitsRounded,       // scale * q.k stored in the activation dtype before the softmax (bf16 score tile)
+  // ROCM_AITER_FA prefill/extend (AttnKernel::aiter_fa_extend): the causal pass over the new tokens reads
+  // their K/V back from their paged-cache slots (dequantised to act) instead of the k_new / v_new inputs.
+  kExtendNewKvFromCache,
 };
 
 std::unique_ptr<Backend> make_attention_backend(TwinInfo info, AttnKernel kernel,
@@ -166,6 +169,8 @@ std::unique_ptr<Backend> make_attention_backend(TwinInfo info, AttnKernel kernel
 // The kernels and identities the twins declare, so mutants reuse exactly the same parameters.
 AttnKernel triton_unified_kernel();
 TwinInfo triton_unified_info();
+AttnKernel aiter_fa_kernel();
+TwinInfo aiter_fa_info();
 
 // aiter's Triton unified_attention (CDNA paths) on a device of `cus` compute units whose fp8 KV is `fp8`
 // (the kernel of the cpu.attn.aiter_unified_* twins; ROCM_AITER_FA's windowed decode rows run it too).
