@@ -347,7 +347,7 @@ TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
                          "query length 5"));
   s = decode;
   s.params.softcap = 30;
-  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "softcap"));
+  EXPECT_TRUE(supports("cpu.attn.rocm_custom", s).ok);  // accepted and dropped, as ROCM_ATTN does
   s = decode;
   s.kv_dtype = DType::kF8E5M2;
   EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "e4m3"));
@@ -448,7 +448,7 @@ std::vector<AttentionSpec> attention_specs() {
     d.params.num_q_heads = 16;  // GQA 8: ROCM_ATTN's mfma16 kernel
     v.push_back(d);
     d.params.num_q_heads = 4;
-    d.params.window = 40;  // decode with a window and nothing else (aiter paged_attention_v1)
+    d.params.window = 40;  // decode with a window and nothing else (aiter_fa: the unified kernel)
     v.push_back(d);
   }
   AttentionSpec f = attn_spec(DType::kBF16, DType::kBF16, 16);
@@ -818,6 +818,26 @@ TEST(AttentionTwins, AiterFaDecodeSoftcapIsLogitsSoftCapWithTheHostReciprocal) {
   ASSERT_TRUE(get("cpu.attn.aiter_fa").supports(c).ok);
   EXPECT_EQ(run_clone(get("cpu.attn.aiter_fa"), c).tensor("lse").at({0, 0}), static_cast<double>(expected))
       << "x " << x;
+}
+
+// ROCM_ATTN keeps the layer's logits_soft_cap and passes it to no kernel (rocm_attn.py RocmAttentionImpl at
+// vllm f65b079; chunked_prefill_paged_decode takes none), and its custom decode kernel has no soft cap: a
+// softcap case's decode rows give exactly what they give uncapped. Repaired (defect softcap_dropped), the
+// logits are capped.
+TEST(AttentionTwins, RocmCustomDropsTheSoftcap) {
+  AttentionSpec s = attn_spec(DType::kBF16, DType::kBF16, 16);
+  s.query_lens = {1, 1, 1};
+  s.q_stddev = 4.0;
+  s.poison_unused = false;
+  const Case plain = builders::attention_case(s, 16);
+  Case capped = plain.clone();
+  std::get<AttentionParams>(capped.params).softcap = 5.0;
+  ASSERT_TRUE(get("cpu.attn.rocm_custom").supports(capped).ok);
+  const Case plain_out = run_clone(get("cpu.attn.rocm_custom"), plain);
+  EXPECT_FALSE(outputs_differ(run_clone(get("cpu.attn.rocm_custom"), capped), plain_out));
+  const auto repaired = get("cpu.attn.rocm_custom").without_defects({"softcap_dropped"});
+  ASSERT_NE(repaired, nullptr);
+  EXPECT_TRUE(outputs_differ(run_clone(*repaired, capped), plain_out));
 }
 
 // ROCM_AITER_FA's prefill and extend passes call flash_attn_varlen_func without the layer's logits soft cap

@@ -465,7 +465,10 @@ Plan AttentionTwin::plan(const Batch& b) const {
     pl.qk_mul = static_cast<float>(b.p->scale * (after ? b.p->k_scale : 1.0) * (folded ? kLog2eDouble : 1.0));
   }
   const double cap_fold = folded && !k_.softcap_from_exp ? kLog2eDouble : 1.0;
-  pl.softcap = bug_ == AttnBug::kSoftcapMissing ? 0.0f : static_cast<float>(b.p->softcap * cap_fold);
+  // softcap_dropped without the extend path: the backend gives this kernel no softcap at all.
+  const bool dropped = k_.softcap_dropped && !k_.aiter_fa_extend;
+  pl.softcap =
+      bug_ == AttnBug::kSoftcapMissing || dropped ? 0.0f : static_cast<float>(b.p->softcap * cap_fold);
   pl.v_mul = static_cast<float>(after ? b.p->v_scale : 1.0);
   return pl;
 }

@@ -36,7 +36,10 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   k.max_query_len =
       1;  // prefill goes to ROCM_ATTN's Triton prefill kernel, which reads new K/V from the inputs
   k.window = false;
-  k.softcap = false;  // paged_attention_ll4mi_QKV has no logits soft cap
+  // The kernel has no logits soft cap, and ROCM_ATTN passes it none: rocm_attn.py (f65b079) keeps the layer's
+  // logits_soft_cap and hands it to no kernel, and nothing rejects it, so a softcap layer's decode rows run
+  // this kernel uncapped (defect softcap_dropped; repaired, c * tanh(s / c)).
+  k.softcap_dropped = true;
   k.softcap_from_exp = false;
   // fp8 caches are the platform's e4m3 (fnuz on MI300, fn on MI355); e5m2 is rejected.
   k.kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN};
@@ -61,7 +64,7 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   i.numerics.partials_rounded = true;
   i.supports_summary =
       "bf16/fp16 q; KV act or fp8 e4m3 (fn/fnuz); block_size 16/32; head_dim 64/128; GQA 1..16; decode "
-      "(query length 1); no window, no softcap, no sinks";
+      "(query length 1); no window, no sinks; softcap accepted and dropped (as ROCM_ATTN does)";
   return make_attention_backend(std::move(i), std::move(k));
 }
 

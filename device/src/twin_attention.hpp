@@ -115,9 +115,10 @@ struct AttnKernel {
   // unless the scale is a power of two. Repaired, the dequantised value is rounded to act once.
   bool context_requantised = false;
   std::int64_t fa_tile = 128;  // keys per tile of the FlashAttention passes (CK's kN0 for these head sizes)
-  // The prefill/extend passes are called without the layer's logits soft cap (flash_attn_varlen_func gets no
-  // logits_soft_cap), so a softcap case's prefill and extend rows run uncapped. Repaired, the passes cap the
-  // logits (c * tanh(s / c)).
+  // The backend passes the layer's logits soft cap to none of these kernels' calls, so a softcap case runs
+  // uncapped there: with aiter_fa_extend the prefill/extend passes (ROCM_AITER_FA: flash_attn_varlen_func
+  // gets no logits_soft_cap; its decode kernels do get it), otherwise the kernel itself (ROCM_ATTN:
+  // chunked_prefill_paged_decode takes no softcap). Repaired, the logits are capped (c * tanh(s / c)).
   bool softcap_dropped = false;
   // Decode rows of a case with a sliding window run this kernel instead (ROCM_AITER_FA sends windowed decode
   // to aiter's Triton unified_attention, called on the decode rows alone with max_seqlen_q = 1).
