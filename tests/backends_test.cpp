@@ -18,6 +18,7 @@
 // White-box: the fast fp16 rounding every twin relies on, and fresh backends for a private registry.
 #include "../device/src/builtin.hpp"
 #include "../device/src/twin_common.hpp"
+#include "../device/src/twin_norm.hpp"
 #include "case_builders.hpp"
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
@@ -72,7 +73,7 @@ TEST(Registry, EveryMutantNamesARegisteredTwinOfItsOpAndABugClass) {
 TEST(Registry, MatchHonoursGlobsListsAndTheMutantSwitch) {
   const Registry& r = registry();
   EXPECT_EQ(r.match("cpu.attn.*", false).size(), 5u);
-  EXPECT_EQ(r.match("cpu.rmsnorm.*,cpu.dual.*", false).size(), 6u);
+  EXPECT_EQ(r.match("cpu.rmsnorm.*,cpu.dual.*", false).size(), 7u);
   EXPECT_TRUE(r.match("mutant.*", false).empty());
   EXPECT_GE(r.match("mutant.*", true).size(), 14u);
   EXPECT_EQ(r.match("cpu.concat.copy", false).size(), 1u);
@@ -234,8 +235,8 @@ const Backend& numerics_of(const Backend& b) {
 }
 
 TEST(NormTwins, RmsNormTwinsMatchTheReferenceWithinTheirDeclaredRoundings) {
-  for (std::string_view name :
-       {"cpu.rmsnorm.native", "cpu.rmsnorm.cuda", "cpu.rmsnorm.cuda_onecast", "cpu.rmsnorm.fused_add"}) {
+  for (std::string_view name : {"cpu.rmsnorm.native", "cpu.rmsnorm.cuda", "cpu.rmsnorm.cuda_onecast",
+                                "cpu.rmsnorm.fused_add", "cpu.rmsnorm.fused_add_onecast"}) {
     const Backend& b = numerics_of(get(name));
     int ran = 0;
     for (const NormCase& nc : rmsnorm_cases()) {
@@ -288,6 +289,79 @@ TEST(NormTwins, ConcatIsABitExactCopyForEveryDtype) {
   }
 }
 
+// fused_add_rms_norm's vector path sums each 8-element chunk with _f16Vec::sum_squares, `result += z.x * z.x
+// + z.y * z.y` over element pairs (csrc/type_convert.cuh at vllm 0c0c819b). Squares 1, 2^-24, 2^-24, 2^-24:
+// pair by pair, 1 + 2^-24 ties to 1 and 2^-24 + 2^-24 = 2^-23 is exact, so the chunk is 1 + 2^-23; element by
+// element every 2^-24 ties away to 1. The fused_add twin's order must give the pairs' value.
+TEST(NormTwins, FusedAddChunkSquaresAreSummedInPairs) {
+  const float t = std::ldexp(1.0f, -12);
+  const std::array<float, 8> x{1.0f, t, t, t, 0.0f, 0.0f, 0.0f, 0.0f};
+  const twin::ReduceOrder chunked{1, 8, 32, true, false, true};
+  EXPECT_EQ(twin::sum_squares(x.data(), 8, chunked), 1.0f + std::ldexp(1.0f, -23));
+  const twin::ReduceOrder plain{1, 8, 32, true, false, false};
+  EXPECT_EQ(twin::sum_squares(x.data(), 8, plain), 1.0f);
+  // The twin's kernel order is the chunked one on its 16-byte path.
+  const Case c =
+      builders::rmsnorm_case(1, 64, DType::kBF16, RmsNormParams{1e-6, WeightMode::kPlain, true}, 1);
+  EXPECT_TRUE(twin::norm_order(twin::rmsnorm_fused_add_kernel(), twin::NormBug::kNone, c).chunk_sum_first);
+  EXPECT_EQ(twin::norm_order(twin::rmsnorm_fused_add_kernel(), twin::NormBug::kNone, c).vec, 8);
+}
+
+// fused_add_rms_norm writes into its input; its 16-byte path condition (layernorm_kernels.cu:333-349 at
+// vllm 0b9c5412, 270-284 at 34d59e7f) reads the input, residual and weight pointers, H and the input stride.
+// A separate y the case carries (the caller's copy of the result) does not enter it: aligned x, w and
+// residual with a y three elements off still take the vector path.
+TEST(NormTwins, FusedAddVectorPathIgnoresTheCasesSeparateOutput) {
+  Case c = builders::rmsnorm_case(2, 64, DType::kBF16, RmsNormParams{1e-6, WeightMode::kPlain, true}, 1);
+  c.tensors["y"] = builders::matrix(DType::kBF16, 2, 64, builders::Layout{0, 3, 8});
+  EXPECT_EQ(twin::norm_order(twin::rmsnorm_fused_add_kernel(), twin::NormBug::kNone, c).vec, 8);
+  c.tensors["x"] = builders::matrix(DType::kBF16, 2, 64, builders::Layout{0, 3, 8});
+  EXPECT_EQ(twin::norm_order(twin::rmsnorm_fused_add_kernel(), twin::NormBug::kNone, c).vec, 1);
+}
+
+// GemmaRMSNorm.forward_static (vllm@00cba797 model_executor/layers/layernorm.py) adds the residual as
+// `x.float() + residual.float() if orig_dtype == torch.float16 else x + residual`: fp16 rows keep the sum in
+// fp32 through the variance. Row (x0, 1) + (0.5, 0) with x0 odd in [1025, 2047]: x0 + 0.5 is a tie in fp16
+// (ulp 1), so the two sums differ; the first x0 where the outputs differ too tells the paths apart. Weight
+// 0 (1 + w = 1), eps 0; the twin's fp32 arithmetic: sequential sum of squares, 1 / sqrt, one rounding of
+// z * s * (1 + w).
+TEST(NormTwins, NativeGemmaAddsAnFp16ResidualInFp32) {
+  const auto outputs = [](float z0, float z1) {
+    const float s = 1.0f / std::sqrt((z0 * z0 + z1 * z1) / 2.0f);
+    return std::array<float, 2>{twin::round_act(DType::kF16, z0 * s), twin::round_act(DType::kF16, z1 * s)};
+  };
+  float x0 = 0.0f;
+  std::array<float, 2> fp32_sum{}, f16_sum{};
+  for (int v = 1025; v < 2048 && x0 == 0.0f; v += 2) {
+    const float x = static_cast<float>(v);
+    fp32_sum = outputs(x + 0.5f, 1.0f);
+    f16_sum = outputs(twin::round_act(DType::kF16, x + 0.5f), 1.0f);
+    if (fp32_sum != f16_sum) x0 = x;
+  }
+  ASSERT_NE(x0, 0.0f);
+  Case c = builders::rmsnorm_case(1, 2, DType::kF16, RmsNormParams{0.0, WeightMode::kOnePlus, true}, 1);
+  c.tensor("x").copy_from(std::vector<double>{static_cast<double>(x0), 1.0});
+  c.tensor("residual").copy_from(std::vector<double>{0.5, 0.0});
+  c.tensor("w").copy_from(std::vector<double>{0.0, 0.0});
+  const Case out = run_clone(get("cpu.rmsnorm.native"), c);
+  EXPECT_EQ(out.tensor("y").at({0, 0}), fp32_sum[0]) << x0;
+  EXPECT_EQ(out.tensor("y").at({0, 1}), fp32_sum[1]) << x0;
+  EXPECT_EQ(out.tensor("residual").at({0, 0}), static_cast<double>(twin::round_act(DType::kF16, x0 + 0.5f)));
+}
+
+// fused_add_rms_norm's one-cast windows (vllm@0b9c5412 layernorm_kernels.cu: `Converter::convert(x *
+// s_variance * wf)`) round z * s * w once where the two-cast text (vllm@34d59e7f: `temp *= s_variance; temp
+// *= weight_v[idx]`) rounds z * s first: the two twins differ in some element of a random case.
+TEST(NormTwins, FusedAddOneCastWindowRoundsOnce) {
+  const Case c =
+      builders::rmsnorm_case(4, 256, DType::kBF16, RmsNormParams{1e-6, WeightMode::kPlain, true}, 17);
+  const Case two = run_clone(get("cpu.rmsnorm.fused_add"), c);
+  const Case one = run_clone(get("cpu.rmsnorm.fused_add_onecast"), c);
+  EXPECT_NE(two.tensor("y").to_f64(), one.tensor("y").to_f64());
+  EXPECT_EQ(two.tensor("residual").to_f64(), one.tensor("residual").to_f64());
+  EXPECT_EQ(get("cpu.rmsnorm.fused_add_onecast").numerics().output_roundings, 2);
+}
+
 TEST(NormTwins, TheFusedAddTwinUpdatesTheResidualInPlaceWhenYAliasesX) {
   RmsNormParams p;
   p.residual = true;
@@ -327,7 +401,7 @@ TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
   EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", decode), "16 and 32"));
   EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", decode), "16 and 32"));
   EXPECT_TRUE(supports("cpu.attn.triton_unified", decode).ok);
-  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_unified_mi300x", decode), "16 and 32"));
+  EXPECT_TRUE(supports("cpu.attn.aiter_unified_mi300x", decode).ok);  // MultipleOf(16), tile 64 < page
 
   decode.params.block_size = 16;
   EXPECT_TRUE(supports("cpu.attn.rocm_custom", decode).ok);
@@ -351,7 +425,7 @@ TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
   s = decode;
   s.kv_dtype = DType::kF8E5M2;
   EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "e4m3"));
-  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_unified_mi355x", s), "e4m3fn only"));
+  EXPECT_TRUE(supports("cpu.attn.aiter_unified_mi355x", s).ok);  // fp8_e5m2, read as e4m3fn
   EXPECT_TRUE(supports("cpu.attn.triton_unified", s).ok);
   s.kv_dtype = DType::kF8E4M3FNUZ;
   EXPECT_TRUE(reason_has(supports("cpu.attn.triton_unified", s), "e4m3fn or fp8_e5m2"));
@@ -359,7 +433,7 @@ TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
   s = decode;
   s.params.head_dim = 16;
   EXPECT_TRUE(reason_has(supports("cpu.attn.triton_unified", s), "head sizes 32.."));
-  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_unified_mi300x", s), "head sizes 32..256"));
+  EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_unified_mi300x", s), "head sizes 32.."));
   s = decode;
   s.params.causal = false;
   EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_unified_mi300x", s), "asserts causal"));
@@ -878,6 +952,84 @@ TEST(AttentionTwins, AiterFaPrefillPassesDropTheSoftcap) {
   const auto repaired = get("cpu.attn.aiter_fa").without_defects({"softcap_dropped"});
   ASSERT_NE(repaired, nullptr);
   EXPECT_NE(prefill_rows(run_clone(*repaired, capped)), prefill_rows(plain_out));
+}
+
+// ROCM_AITER_UNIFIED_ATTN at vllm@00e5aa02 accepts block sizes that are multiples of 16 and head sizes from
+// 32 up, and lists fp8_e5m2 (rocm_aiter_unified_attn.py supports_block_size, supports_head_size,
+// supported_kv_cache_dtypes); aiter's select_3d_config (unified_attention.py at aiter@e4048607) asserts
+// TILE_SIZE % block_size == 0 when min(64, next_pow2(block_size)) exceeds the block: block 48 on the 3D path
+// (no window, max_seqlen_k > 512, a 2D grid of at most 4 programs per CU) only.
+TEST(AttentionSupport, AiterUnifiedAcceptsWhatVllmsBackendAccepts) {
+  for (const char* twin : {"cpu.attn.aiter_unified_mi300x", "cpu.attn.aiter_unified_mi355x"}) {
+    AttentionSpec s = attn_spec(DType::kBF16, DType::kBF16, 64);
+    s.query_lens = {1, 1, 1};
+    for (const std::int64_t bs : {48, 64, 80, 128, 256}) {
+      s.params.block_size = bs;
+      EXPECT_TRUE(supports(twin, s).ok) << twin << " block " << bs;  // max seq_len 300: the 2D path
+    }
+    for (const std::int64_t d : {320, 512, 1024}) {
+      AttentionSpec w = attn_spec(DType::kBF16, DType::kBF16, 16);
+      w.params.head_dim = d;
+      EXPECT_TRUE(supports(twin, w).ok) << twin << " head " << d;
+    }
+    AttentionSpec e = attn_spec(DType::kBF16, DType::kF8E5M2, 16);
+    EXPECT_TRUE(supports(twin, e).ok) << twin;
+    // One decode sequence of 600 keys, 2 KV heads: 2 programs, far below 4 per CU: the 3D path.
+    AttentionSpec three = attn_spec(DType::kBF16, DType::kBF16, 48);
+    three.query_lens = {1};
+    three.seq_lens = {600};
+    EXPECT_TRUE(reason_has(supports(twin, three), "TILE_SIZE needs to be divisible by block_size")) << twin;
+    three.params.block_size = 64;
+    EXPECT_TRUE(supports(twin, three).ok) << twin;
+    three.params.block_size = 48;
+    three.params.window = 128;  // a window keeps the 2D path, which has no such assert
+    EXPECT_TRUE(supports(twin, three).ok) << twin;
+  }
+}
+
+// vLLM views every quantised cache as the platform's fp8 dtype (rocm_aiter_unified_attn.py forward:
+// key_cache.view(self.fp8_dtype), current_platform.fp8_dtype()), so an fp8_e5m2 cache's bytes reach the
+// kernel as e4m3: byte 0x3C, 1.0 in e5m2 (exponent 15 - 15, mantissa 0), is 0 0111 100 in e4m3, 1.5 * 2^(7 -
+// 8) = 0.75 as e4m3fnuz (bias 8, MI300X) and 1.5 * 2^(7 - 7) = 1.5 as e4m3fn (bias 7, MI355X). One key: o is
+// the value as decoded; repaired, 1.0.
+TEST(AttentionTwins, AiterUnifiedReadsAnE5m2CacheAsThePlatformsE4m3) {
+  AttentionSpec s = builders::one_head(DType::kBF16, 1, 1);
+  s.kv_dtype = DType::kF8E5M2;
+  s.poison_unused = false;
+  Case c = builders::attention_case(s, 3);
+  c.tensor("k_cache").copy_from(
+      std::vector<double>(static_cast<std::size_t>(c.tensor("k_cache").numel()), 0.0));
+  std::fill(c.tensor("v_cache").storage()->bytes.begin(), c.tensor("v_cache").storage()->bytes.end(),
+            std::byte{0x3C});
+  for (const auto& [twin, expected] :
+       {std::pair{"cpu.attn.aiter_unified_mi300x", 0.75}, std::pair{"cpu.attn.aiter_unified_mi355x", 1.5}}) {
+    const Backend& b = get(twin);
+    ASSERT_TRUE(b.supports(c).ok) << twin;
+    EXPECT_EQ(run_clone(b, c).tensor("o").at({0, 0, 0}), expected) << twin;
+    const auto repaired = b.without_defects({"e5m2_read_as_e4m3"});
+    ASSERT_NE(repaired, nullptr) << twin;
+    EXPECT_EQ(run_clone(*repaired, c).tensor("o").at({0, 0, 0}), 1.0) << twin;
+  }
+}
+
+// From head size 512 aiter's use_2d_kernel takes the 2D path for every batch with a prefill
+// (unified_attention .py at aiter@e4048607), where the prefill tile is 16. Block 64, one sequence of 600 keys
+// with 2 queries: without that rule the batch would take the 3D path (max_seqlen_k > 512, 2 programs), whose
+// tile min(64, 64) = 64 equals the block and loads the last page unmasked, so the NaN poison past seq_len
+// would reach P.V; on the 2D path's 16-key tiles the tail is masked and the output finite.
+TEST(AttentionTwins, AiterUnifiedWideHeadsPrefillOnThe2dPath) {
+  AttentionSpec s = builders::one_head(DType::kBF16, 2, 600);
+  s.params.head_dim = 512;
+  s.params.block_size = 64;
+  s.params.scale = 1.0 / std::sqrt(512.0);
+  ASSERT_TRUE(s.poison_unused);
+  const Case c = builders::attention_case(s, 5);
+  for (const char* twin : {"cpu.attn.aiter_unified_mi300x", "cpu.attn.aiter_unified_mi355x"}) {
+    const Backend& b = get(twin);
+    ASSERT_TRUE(b.supports(c).ok) << twin;
+    const Case out = run_clone(b, c);
+    for (const double v : out.tensor("o").to_f64()) ASSERT_TRUE(std::isfinite(v)) << twin;
+  }
 }
 
 // aiter's 2D kernel declares `scale` a tl.constexpr, so `qk_scale = scale * RCP_LN2` is folded in double and

@@ -303,10 +303,12 @@ TEST(Generators, BoundaryShapesAppear) {
   }
   EXPECT_TRUE(table_strided && table_offset && table_poison && fused_qkv);
   EXPECT_EQ(kv_layouts.size(), 3u);
-  for (const std::int64_t b : {16, 32, 64, 128, 256, 544, 784, 1056, 3})
+  // 48 and 512: what aiter unified attention accepts beyond powers of two and head size 256 (its 2D tiles
+  // across pages, its 3D assert, its widest tiles).
+  for (const std::int64_t b : {16, 32, 48, 64, 128, 256, 544, 784, 1056, 3})
     EXPECT_TRUE(block_sizes.count(b)) << b;
   for (const std::int64_t r : {1, 4, 8, 16}) EXPECT_TRUE(ratios.count(r)) << r;
-  for (const std::int64_t d : {64, 128}) EXPECT_TRUE(dims.count(d)) << d;
+  for (const std::int64_t d : {64, 128, 512}) EXPECT_TRUE(dims.count(d)) << d;
   for (const std::int64_t l : {15, 16, 17, 255, 256, 257, 511, 512, 513}) EXPECT_TRUE(seq_lens.count(l)) << l;
   for (const std::int64_t q : {1, 2, 4, 8}) EXPECT_TRUE(query_lens.count(q)) << q;
   EXPECT_TRUE(mixed && fp8_scaled && sinks && window && softcap && permuted && spare && split_edge);

@@ -15,10 +15,11 @@ namespace driftcheck::gpu {
 
 // Threads [0, threads) own the elements: chunk c of `vec` consecutive elements belongs to thread
 // c % threads, which sums its chunks' squares in order into its partial, element by element or, with
-// `chunk_sum_first`, each chunk's squares on their own first and then the chunk sum (vLLM's
-// _f16Vec::sum_squares in fused_add_rms_norm). Threads of the block past `threads` hold 0 (the block is a
-// whole number of 64-lane wavefronts; adding +0 to a sum of squares changes no bit). Each warp then combines
-// its lanes by a shuffle-down tree, lane i += lane i + offset: offsets warp/2, ..., 1 (lane 0 ends with
+// `chunk_sum_first`, each chunk's squares on their own first, pair by pair (x0^2 + x1^2, then the next pair),
+// and then the chunk sum (vLLM's _f16Vec::sum_squares in fused_add_rms_norm). Threads of the block past
+// `threads` hold 0 (the block is a whole number of 64-lane wavefronts; adding +0 to a sum of squares changes
+// no bit). Each warp then combines its lanes by a shuffle-down tree, lane i += lane i + offset: offsets
+// warp/2, ..., 1 (lane 0 ends with
 // ((x0 + x16) + (x8 + x24)) + ..., the same value as an xor butterfly) or, `ascending`, 1, 2, ..., warp/2
 // (cub's order: neighbours first). The totals of the warps that own threads are added in warp order or,
 // `totals_tree`, by a descending tree over them (Triton's tl.sum across warps). The CPU twins' ReduceOrder
@@ -49,13 +50,25 @@ DC_HD float thread_sum_squares(const ReducePlan& p, int tid, std::int64_t n, Val
   if (tid >= p.threads) return partial;
   const std::int64_t step = static_cast<std::int64_t>(p.threads) * p.vec;
   for (std::int64_t c0 = static_cast<std::int64_t>(tid) * p.vec; c0 < n; c0 += step) {
-    float chunk = 0.f;
-    for (std::int64_t i = c0; i < c0 + p.vec && i < n; ++i) {
-      const float v = value(i);
-      float& sum = p.chunk_sum_first ? chunk : partial;
-      sum = accumulate_in(p.accumulate, sum + v * v);
+    const std::int64_t end = c0 + p.vec < n ? c0 + p.vec : n;
+    if (!p.chunk_sum_first) {
+      for (std::int64_t i = c0; i < end; ++i) {
+        const float v = value(i);
+        partial = accumulate_in(p.accumulate, partial + v * v);
+      }
+      continue;
     }
-    if (p.chunk_sum_first) partial = accumulate_in(p.accumulate, partial + chunk);
+    float chunk = 0.f;
+    for (std::int64_t i = c0; i < end; i += 2) {
+      const float a = value(i);
+      float pair = a * a;
+      if (i + 1 < end) {
+        const float b = value(i + 1);
+        pair = accumulate_in(p.accumulate, pair + b * b);
+      }
+      chunk = accumulate_in(p.accumulate, chunk + pair);
+    }
+    partial = accumulate_in(p.accumulate, partial + chunk);
   }
   return partial;
 }

@@ -157,7 +157,7 @@ class AttentionTwin final : public TwinBackend {
 
  private:
   // The upstream defects the kernel parameters can reproduce (docs/FINDINGS.md names each).
-  static constexpr std::array<DefectSwitch<AttnKernel>, 9> kDefects{{
+  static constexpr std::array<DefectSwitch<AttnKernel>, 10> kDefects{{
       {"softcap_from_exp", &AttnKernel::softcap_from_exp},
       {"page_tail_unmasked", &AttnKernel::page_tail_unmasked},
       {"masked_p_times_v", &AttnKernel::masked_p_times_v},
@@ -167,10 +167,12 @@ class AttentionTwin final : public TwinBackend {
       {"context_requantised", &AttnKernel::context_requantised},
       {"heads_addressed_dense", &AttnKernel::heads_addressed_dense},
       {"softcap_dropped", &AttnKernel::softcap_dropped},
+      {"e5m2_read_as_e4m3", &AttnKernel::e5m2_read_as_e4m3},
   }};
 
   Support supports_kv(const Case& c) const;
   Support supports_extend(const Case& c) const;
+  Batch shape_of(const Case& c) const;
   Batch resolve(Case& c) const;
   Plan plan(const Batch& b) const;
   void plan_launch(const Batch& b, Plan& pl) const;
@@ -282,6 +284,19 @@ Support AttentionTwin::supports(const Case& c) const {
     return Support::no(fmt::format("non-causal attention: {}", k_.causal_reason.empty()
                                                                    ? fmt::format("{} is causal only", who)
                                                                    : k_.causal_reason));
+  if (k_.tile_divides_block_3d) {
+    const Batch b = shape_of(c);
+    if (b.hkv > 0 && b.hq % b.hkv == 0 && static_cast<std::int64_t>(b.query_start.size()) == b.num_seqs + 1) {
+      Plan pl{};
+      plan_launch(b, pl);
+      if (pl.split && pl.tile > b.bs && pl.tile % b.bs != 0)
+        return Support::no(
+            fmt::format("block_size {}: this batch takes {}'s 3D path, whose select_3d_config asserts "
+                        "\"TILE_SIZE needs to "
+                        "be divisible by block_size\" (TILE_SIZE = min(64, next_pow2(block_size)) = {})",
+                        p.block_size, who, pl.tile));
+    }
+  }
   if (k_.aiter_fa_extend) return supports_extend(c);
   if (k_.max_query_len > 0) {
     const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
@@ -362,30 +377,38 @@ void check_indices(const Batch& b) {
   }
 }
 
-Batch AttentionTwin::resolve(Case& c) const {
+// What the launcher sees of a case (no outputs, no index checks): enough for plan_launch.
+Batch AttentionTwin::shape_of(const Case& c) const {
   Batch b{};
   b.p = &c.get<AttentionParams>();
   b.q = &c.tensor("q");
   b.k = &c.tensor("k_cache");
   b.v = &c.tensor("v_cache");
   b.table = &c.tensor("block_table");
-  b.o = &c.tensor("o");
-  b.lse = &c.tensor("lse");
-  if (c.has("k_new")) b.k_new = &c.tensor("k_new"), b.v_new = &c.tensor("v_new");
   b.seq_lens = load_ints(c.tensor("seq_lens"));
   b.query_start = load_ints(c.tensor("query_start_loc"));
-  b.act = b.o->dtype();
+  b.act = c.tensor("o").dtype();
   b.num_seqs = static_cast<std::int64_t>(b.seq_lens.size());
   b.hq = b.p->num_q_heads;
   b.hkv = b.p->num_kv_heads;
   b.d = b.p->head_dim;
   b.bs = b.p->block_size;
-  check_indices(b);
-  b.num_tokens = b.query_start.back();
+  b.num_tokens = b.query_start.empty() ? 0 : b.query_start.back();
+  const auto bounds = static_cast<std::int64_t>(b.query_start.size()) - 1;
   for (std::int64_t s = 0; s < b.num_seqs; ++s) {
-    b.max_query_len = std::max<std::int64_t>(b.max_query_len, b.query_start[s + 1] - b.query_start[s]);
+    if (s < bounds)
+      b.max_query_len = std::max<std::int64_t>(b.max_query_len, b.query_start[s + 1] - b.query_start[s]);
     b.max_seq_len = std::max<std::int64_t>(b.max_seq_len, b.seq_lens[static_cast<std::size_t>(s)]);
   }
+  return b;
+}
+
+Batch AttentionTwin::resolve(Case& c) const {
+  Batch b = shape_of(c);
+  b.o = &c.tensor("o");
+  b.lse = &c.tensor("lse");
+  if (c.has("k_new")) b.k_new = &c.tensor("k_new"), b.v_new = &c.tensor("v_new");
+  check_indices(b);
   if (b.p->has_sinks && bug_ != AttnBug::kSinkDropped) {
     const Tensor& sinks = c.tensor("sinks");
     const float fold = k_.exp == ExpImpl::kExp2Folded ? kLog2e : 1.0f;
@@ -427,22 +450,27 @@ void AttentionTwin::plan_launch(const Batch& b, Plan& pl) const {
     pl.segments = pl.split ? k_.split_segments : 1;
     return;
   }
-  // aiter unified_attention (CDNA): target 4 programs per CU; the 3D kernel runs 4x more per CU.
+  // aiter unified_attention (CDNA): target 4 programs per CU; the 3D kernel runs `occ` times more per CU.
   const bool all_decode = b.max_query_len == 1;
   const std::int64_t target = 4 * k_.device_cus;
   const std::int64_t q_blocks = all_decode ? b.num_seqs : b.num_tokens / (pl.block_m / ratio) + b.num_seqs;
   const std::int64_t grid_2d = q_blocks * b.hkv;
   const std::int64_t decode_tile = std::min<std::int64_t>(64, next_pow2(b.bs));
-  pl.split = !(b.p->window > 0 || b.max_seq_len <= 512 || grid_2d > target);
+  // Head sizes from 512: use_2d_kernel takes the 2D path for every batch with a prefill, and the 3D path
+  // runs 4 warps (occupancy 2 * 4 / 4 = 2) with at least 16 segments.
+  const bool wide = b.d >= 512;
+  pl.split = !(b.p->window > 0 || b.max_seq_len <= 512 || grid_2d > target || (wide && !all_decode));
   if (!pl.split) {
     pl.tile = all_decode ? decode_tile : b.d >= 512 ? 16 : b.d >= 256 ? 32 : 64;
     if (!all_decode && b.d < 256 && b.max_query_len >= 256) pl.block_m = 128;
     return;
   }
   pl.tile = decode_tile;
+  const std::int64_t occ = wide ? 2 : 4;
   const std::int64_t max_segments = std::min<std::int64_t>(128, cdiv(b.max_seq_len, pl.tile));
-  std::int64_t n = std::min(cdiv(4 * target, grid_2d), max_segments);
-  pl.segments = next_pow2(std::max(n, std::min<std::int64_t>(8, max_segments)));
+  const std::int64_t min_segments = std::min<std::int64_t>(wide ? 16 : 8, max_segments);
+  std::int64_t n = std::min(cdiv(occ * target, grid_2d), max_segments);
+  pl.segments = next_pow2(std::max(n, min_segments));
 }
 
 Plan AttentionTwin::plan(const Batch& b) const {
@@ -503,7 +531,8 @@ DType misread_fp8(DType t) {
 
 void AttentionTwin::gather_one(const Batch& b, const Tensor& cache, double scale, std::int64_t s,
                                std::int64_t g, std::vector<float>& out, std::int64_t rows) const {
-  const DType as = bug_ == AttnBug::kFp8FnFnuzSwapped ? misread_fp8(cache.dtype()) : cache.dtype();
+  DType as = bug_ == AttnBug::kFp8FnFnuzSwapped ? misread_fp8(cache.dtype()) : cache.dtype();
+  if (k_.e5m2_read_as_e4m3 && as == DType::kF8E5M2) as = k_.fp8_view;
   out.resize(static_cast<std::size_t>(rows * b.d));
   const bool rounded = k_.dequant == KvDequant::kRoundedToAct;
   const float sc = static_cast<float>(scale);

@@ -13,6 +13,7 @@ std::unique_ptr<Backend> make_cpu_rmsnorm_native();
 std::unique_ptr<Backend> make_cpu_rmsnorm_cuda();
 std::unique_ptr<Backend> make_cpu_rmsnorm_cuda_onecast();
 std::unique_ptr<Backend> make_cpu_rmsnorm_fused_add();
+std::unique_ptr<Backend> make_cpu_rmsnorm_fused_add_onecast();
 std::unique_ptr<Backend> make_cpu_dual_fused();
 std::unique_ptr<Backend> make_cpu_dual_unfused();
 std::unique_ptr<Backend> make_cpu_concat_copy();

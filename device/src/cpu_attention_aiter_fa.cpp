@@ -46,6 +46,7 @@ AttnKernel aiter_fa_kernel() {
   k.kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN};
   AttnKernel unified = aiter_unified_kernel(0, DType::kF8E4M3FNUZ);
   unified.kv_dtypes = k.kv_dtypes;
+  unified.e5m2_read_as_e4m3 = false;  // no e5m2 cache reaches ROCM_AITER_FA (its kv_dtypes above)
   k.windowed_decode = std::make_shared<const AttnKernel>(std::move(unified));
   k.name_for_reasons = "ROCM_AITER_FA paged_attention_v1";
   k.fp8_unmodelled =

@@ -56,9 +56,11 @@ std::unique_ptr<Backend> make_cpu_dual_unfused() {
   i.name = "cpu.dual.unfused";
   i.description =
       "rms_norm (vLLM csrc kernel) on e and h, then torch.cat: two roundings per element, exact copy";
+  // The csrc text read is the two-cast one (cpu.rmsnorm.cuda's); which implementation the drafter's
+  // unfused RMSNorm modules dispatch to at the pin (vLLM IR: vllm_c or native) is not read here.
   i.provenance =
-      "vllm-project/vllm@001394336840495fb529a33f71767ecbfdc88372 csrc/layernorm_kernels.cu "
-      "(rms_norm per half), torch.cat";
+      "vllm-project/vllm@34d59e7f407746867f36f8e72105506a52678eb8 csrc/libtorch_stable/layernorm_kernels.cu "
+      "(rms_norm per half, two casts), torch.cat";
   i.numerics.output_roundings = 2;
   i.numerics.reduction = csrc_reduction();
   i.numerics.batch_invariant = false;  // the csrc block size follows the token count (vllm#48271)

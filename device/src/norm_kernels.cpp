@@ -197,7 +197,9 @@ ReduceOrder norm_order(const NormKernel& k, NormBug bug, const Case& c) {
   }
   const Tensor &x = c.tensor("x"), &w = c.tensor("w"), &y = c.tensor("y");
   const std::int64_t n = x.size(0), h = x.size(1);
-  return c.get<RmsNormParams>().residual ? resolve_order(k, bug, n, h, {&x, &w, &c.tensor("residual"), &y})
+  // fused_add_rms_norm writes its output into its input: its 16-byte path checks the input, residual and
+  // weight pointers and the input stride only (layernorm_kernels.cu:333-349 at vllm 0b9c5412), never y.
+  return c.get<RmsNormParams>().residual ? resolve_order(k, bug, n, h, {&x, &w, &c.tensor("residual")})
                                          : resolve_order(k, bug, n, h, {&x, &w, &y});
 }
 
@@ -256,9 +258,11 @@ class RmsNormTwin final : public TwinBackend {
                      p.weight_mode == WeightMode::kOnePlus,
                      norm_order(kernel_, bug_, c)};
     check_norm_faults(kernel_, rn.order, c);
-    const ResidualPath path = rn.one_plus && kernel_.one_plus_residual != ResidualPath::kNone
-                                  ? kernel_.one_plus_residual
-                                  : kernel_.residual;
+    ResidualPath path = rn.one_plus && kernel_.one_plus_residual != ResidualPath::kNone
+                            ? kernel_.one_plus_residual
+                            : kernel_.residual;
+    if (rn.one_plus && kernel_.one_plus_f16_residual_fp32 && rn.act == DType::kF16)
+      path = ResidualPath::kFp32;
     std::vector<float> wv(static_cast<std::size_t>(h)), z(wv.size()), r(wv.size()), out(wv.size());
     load_run(*w.storage(), w.offset(), w.strides()[0], h, wv.data());
     for (std::int64_t row = 0; row < n; ++row) {

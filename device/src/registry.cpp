@@ -99,6 +99,7 @@ Registry build_registry() {
   r.add(make_cpu_rmsnorm_cuda());
   r.add(make_cpu_rmsnorm_cuda_onecast());
   r.add(make_cpu_rmsnorm_fused_add());
+  r.add(make_cpu_rmsnorm_fused_add_onecast());
   r.add(make_cpu_dual_fused());
   r.add(make_cpu_dual_unfused());
   r.add(make_cpu_concat_copy());

@@ -123,6 +123,17 @@ struct AttnKernel {
   // Decode rows of a case with a sliding window run this kernel instead (ROCM_AITER_FA sends windowed decode
   // to aiter's Triton unified_attention, called on the decode rows alone with max_seqlen_q = 1).
   std::shared_ptr<const AttnKernel> windowed_decode;
+  // ---- ROCM_AITER_UNIFIED_ATTN
+  // aiter select_3d_config: TILE_SIZE = min(64, next_pow2(block_size)) and, when that exceeds the block size,
+  // `assert TILE_SIZE % block_size == 0`: the 3D path rejects block sizes such as 48 (the 2D path has no
+  // such check and gathers the tile across pages).
+  bool tile_divides_block_3d = false;
+  // vLLM's backend views every quantised KV cache as the platform's fp8 dtype (`key_cache.view(
+  // self.fp8_dtype)`, current_platform.fp8_dtype(): e4m3fnuz on MI300X, e4m3fn on MI355X), whatever
+  // kv_cache_dtype wrote it: an fp8_e5m2 cache's bytes are decoded as `fp8_view`. Repaired, e5m2 is decoded
+  // as e5m2.
+  bool e5m2_read_as_e4m3 = false;
+  DType fp8_view = DType::kF8E4M3FN;
   // What the kernel accepts (supports()).
   std::vector<std::int64_t> block_sizes;  // empty: any multiple of 16
   std::vector<std::int64_t> head_dims;    // empty: any in [min_head_dim, max_head_dim]

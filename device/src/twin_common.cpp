@@ -114,9 +114,14 @@ float sum_squares(const float* x, std::int64_t n, const ReduceOrder& order, DTyp
     float& acc = partial[static_cast<std::size_t>((c0 / vec) % threads)];
     const std::int64_t c1 = std::min(c0 + vec, n);
     if (order.chunk_sum_first) {
+      // _f16Vec::sum_squares: each pair's squares added first (for an odd chunk, one square alone).
       float chunk = 0.0f;
-      for (std::int64_t i = c0; i < c1; ++i)
-        chunk = accumulate_in(accumulate, chunk + accumulate_in(squares, x[i] * x[i]));
+      for (std::int64_t i = c0; i < c1; i += 2) {
+        const float sq = accumulate_in(squares, x[i] * x[i]);
+        const float pair =
+            i + 1 < c1 ? accumulate_in(accumulate, sq + accumulate_in(squares, x[i + 1] * x[i + 1])) : sq;
+        chunk = accumulate_in(accumulate, chunk + pair);
+      }
       acc = accumulate_in(accumulate, acc + chunk);
     } else {
       for (std::int64_t i = c0; i < c1; ++i)

@@ -140,7 +140,10 @@ inline RowView row_view(const Tensor& t, std::int64_t r) {
 
 // The order of a block reduction: `threads` threads each accumulate, sequentially, the chunks of `vec`
 // consecutive elements they own (chunk c belongs to thread c % threads; with `chunk_sum_first` a chunk's
-// squares are summed on their own first and the chunk sum is added, as vLLM's _f16Vec::sum_squares does);
+// squares are summed on their own first, in pairs, and the chunk sum is added, as vLLM's
+// _f16Vec::sum_squares does: `result += z.x * z.x + z.y * z.y` over the chunk's element pairs, so a chunk of
+// 8 is ((((x0^2 + x1^2)) + (x2^2 + x3^2)) + (x4^2 + x5^2)) + (x6^2 + x7^2), type_convert.cuh at vllm
+// 0c0c819b);
 // then each warp of `warp` lanes combines its partials with a shuffle tree and the warp totals are combined.
 // cub (vLLM's csrc kernels): shuffle-down offsets 1, 2, 4, 8, 16 (lane 0 ends with the pairwise sum of
 // neighbours) and warp totals added in warp order. Triton's tl.sum: xor butterfly offsets 16, 8, 4, 2, 1

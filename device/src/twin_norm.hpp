@@ -49,8 +49,11 @@ struct NormKernel {
   VecWidth vec = VecWidth::kFixed;
   ResidualPath residual = ResidualPath::kNone;
   ResidualPath one_plus_residual = ResidualPath::kNone;  // GemmaRMSNorm: the add happens in the act dtype
-  bool residual_required = false;                        // fused_add_rms_norm has no plain mode
-  bool output_contiguous = false;                        // rms_norm: TORCH_CHECK(out.is_contiguous())
+  // GemmaRMSNorm.forward_static: `x.float() + residual.float() if orig_dtype == torch.float16 else x +
+  // residual`: fp16 rows add in fp32 (the variance from the unrounded sum), bf16 rows in bf16.
+  bool one_plus_f16_residual_fp32 = false;
+  bool residual_required = false;    // fused_add_rms_norm has no plain mode
+  bool output_contiguous = false;    // rms_norm: TORCH_CHECK(out.is_contiguous())
   bool residual_contiguous = false;  // fused_add_rms_norm: TORCH_CHECK(residual.is_contiguous())
   bool inputs_contiguous = false;    // fused_dual_rmsnorm_cat: "inputs must be contiguous"
   // rms_norm's output loop reads input rows and the weight, and writes output rows, as vec-element vectors
@@ -101,11 +104,13 @@ NormKernel rmsnorm_native_kernel();
 NormKernel rmsnorm_cuda_kernel();
 NormKernel rmsnorm_fused_add_kernel();
 NormKernel rmsnorm_cuda_onecast_kernel();
+NormKernel rmsnorm_fused_add_onecast_kernel();
 NormKernel dual_fused_kernel();
 TwinInfo rmsnorm_native_info();
 TwinInfo rmsnorm_cuda_info();
 TwinInfo rmsnorm_cuda_onecast_info();
 TwinInfo rmsnorm_fused_add_info();
+TwinInfo rmsnorm_fused_add_onecast_info();
 TwinInfo dual_fused_info();
 TwinInfo concat_copy_info();
 ReductionShape csrc_reduction();

@@ -144,10 +144,23 @@ AttnShape draw_attn_shape() {
   AttnShape a{};
   a.kv_heads = *weightedElement<I>({{4, 1}, {3, 2}, {2, 4}, {1, 8}});
   a.ratio = *weightedElement<I>({{3, 1}, {1, 2}, {3, 4}, {1, 8}, {1, 16}});  // GQA ratios of DOMAIN.md 4
-  a.head_dim = *weightedElement<I>({{4, 64}, {3, 128}, {1, 16}, {1, 32}, {1, 80}, {1, 96}, {1, 256}});
-  // Block sizes of the backends' tables (powers of two, 544/784/1056) and small odd ones no kernel supports.
-  a.block_size = *weightedElement<I>(
-      {{5, 16}, {2, 32}, {2, 64}, {1, 128}, {1, 256}, {1, 544}, {1, 784}, {1, 1056}, {1, 1}, {1, 3}, {1, 7}});
+  // 512: aiter unified attention's widest tiles (prefill tile 16, 2D for every prefill, 3D at occupancy 2).
+  a.head_dim =
+      *weightedElement<I>({{4, 64}, {3, 128}, {1, 16}, {1, 32}, {1, 80}, {1, 96}, {1, 256}, {1, 512}});
+  // Block sizes of the backends' tables (powers of two, 544/784/1056), 48 (a multiple of 16 below the aiter
+  // unified tile of 64: its 2D tiles span pages, its 3D path asserts) and small odd ones no kernel supports.
+  a.block_size = *weightedElement<I>({{5, 16},
+                                      {2, 32},
+                                      {1, 48},
+                                      {2, 64},
+                                      {1, 128},
+                                      {1, 256},
+                                      {1, 544},
+                                      {1, 784},
+                                      {1, 1056},
+                                      {1, 1},
+                                      {1, 3},
+                                      {1, 7}});
   // Keep a query row's work (Hq * D <= 512) and a physical block (block_size * Hkv * D) small: the reference,
   // the baseline and every backend run (three more for the metamorphic checks) scale with them.
   while (a.kv_heads * a.ratio * a.head_dim > 512 && a.kv_heads > 1) a.kv_heads /= 2;
