@@ -19,12 +19,11 @@ namespace driftcheck::gpu {
 // and then the chunk sum (vLLM's _f16Vec::sum_squares in fused_add_rms_norm). Threads of the block past
 // `threads` hold 0 (the block is a whole number of 64-lane wavefronts; adding +0 to a sum of squares changes
 // no bit). Each warp then combines its lanes by a shuffle-down tree, lane i += lane i + offset: offsets
-// warp/2, ..., 1 (lane 0 ends with
-// ((x0 + x16) + (x8 + x24)) + ..., the same value as an xor butterfly) or, `ascending`, 1, 2, ..., warp/2
-// (cub's order: neighbours first). The totals of the warps that own threads are added in warp order or,
-// `totals_tree`, by a descending tree over them (Triton's tl.sum across warps). The CPU twins' ReduceOrder
-// has the same fields (device/gpu/norm_plan.hpp maps one to the other) plus the warp, which the kernels read
-// from the hardware.
+// warp/2, ..., 1 (lane 0 ends with ((x0 + x16) + (x8 + x24)) + ..., the same value as an xor butterfly) or,
+// `ascending`, 1, 2, ..., warp/2 (cub's order: neighbours first). The totals of the warps that own threads
+// are added in warp order or, `totals_tree`, by a descending tree over them (Triton's tl.sum across warps).
+// The CPU twins' ReduceOrder has the same fields (device/gpu/norm_plan.hpp maps one to the other) plus the
+// warp, which the kernels read from the hardware.
 struct ReducePlan {
   int threads = 1;
   int vec = 1;
