@@ -116,7 +116,7 @@ TEST(Shrink, AStructuralAttentionBugShrinksToAFewKilobytes) {
 }
 
 // A twin's finding is a failure its known upstream defects do not explain, and its group must keep that
-// cause: shrinking the twin as it is would accept any smaller case that fails by a known defect. Case 10 of
+// cause: shrinking the twin as it is would accept any smaller case that fails by a known defect. Case 46 of
 // seed 20261130 on the MI355X AITER unified twin fails by the empty-tile step (its known finding's replay);
 // with that finding left out of the campaign's list it is a finding, and its case also holds a page tail the
 // twin loads unmasked (another known finding). The shrinker used to descend to one key in one page, a NaN the
@@ -132,8 +132,8 @@ TEST(Shrink, ATwinsFindingKeepsItsCauseAndDoesNotShrinkIntoAKnownDefect) {
   o.ops = {OpKind::kAttention};
   o.backend_globs = "cpu.attn.aiter_unified_mi355x";
   o.seed = 20261130;
-  o.cases = 11;
-  o.shard = {10, 11};  // case 10 alone
+  o.cases = 47;
+  o.shard = {46, 47};  // case 46 alone
   o.jobs = 1;
   o.out_dir = dir;
   o.known_findings = &without_tile;
