@@ -418,7 +418,7 @@ TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
   s.params.has_sinks = true;
   EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "sinks"));
   EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", attn_spec(DType::kBF16, DType::kBF16, 16)),
-                         "query length 5"));
+                         "(k_new, v_new)"));
   s = decode;
   s.params.softcap = 30;
   EXPECT_TRUE(supports("cpu.attn.rocm_custom", s).ok);  // accepted and dropped, as ROCM_ATTN does
@@ -483,6 +483,60 @@ TEST(AttentionSupport, AiterFaDeclinesThePathsItDoesNotModel) {
   }
 }
 
+// The case of spec s with the new tokens' K/V inputs (k_new, v_new) derived from its caches, as generated
+// cases carry them.
+Case with_new_kv(const AttentionSpec& s, std::uint64_t seed) {
+  Case c = builders::attention_case(s, seed);
+  fuzz::add_new_kv(c, seed);
+  return c;
+}
+
+// ROCM_ATTN sends the rows of sequences with query length > 1 to the Triton prefix prefill
+// (chunked_prefill_paged_decode -> context_attention_fwd) and decode rows to the custom paged kernel: what
+// only the custom kernel restricts (head sizes 64/128, GQA <= 16, no window, no sinks, e4m3 only) declines a
+// batch only when it has decode rows; the prefill rows need the inputs, causal attention and a query no
+// longer than its sequence; a softcap is declined for every batch.
+TEST(AttentionSupport, RocmAttnRunsPrefillRowsThroughThePrefixPrefill) {
+  AttentionSpec mixed = attn_spec(DType::kBF16, DType::kBF16, 16);  // query lengths 1, 5, 1
+  EXPECT_TRUE(get("cpu.attn.rocm_custom").supports(with_new_kv(mixed, 1)).ok);
+  AttentionSpec prefill = mixed;
+  prefill.query_lens = {3, 5, 2};
+  const Backend& b = get("cpu.attn.rocm_custom");
+  const std::vector<std::pair<std::function<void(AttentionSpec&)>, std::string_view>> decode_only = {
+      {[](AttentionSpec& s) { s.params.window = 9; }, "kernel_paged_attention_2d"},
+      {[](AttentionSpec& s) { s.params.has_sinks = true; }, "sinks"},
+      {[](AttentionSpec& s) { s.params.head_dim = 96; }, "64 and 128"},
+      {[](AttentionSpec& s) { s.params.num_q_heads = 64; }, "GQA ratio 32"},
+      {[](AttentionSpec& s) { s.kv_dtype = DType::kF8E5M2; }, "e4m3"},
+  };
+  for (const auto& [edit, reason] : decode_only) {
+    AttentionSpec with_decode = mixed, without = prefill;
+    edit(with_decode);
+    edit(without);
+    EXPECT_TRUE(reason_has(b.supports(with_new_kv(with_decode, 2)), reason)) << reason;
+    EXPECT_TRUE(b.supports(with_new_kv(without, 2)).ok)
+        << reason << ": " << b.supports(with_new_kv(without, 2)).reason;
+  }
+  const std::vector<std::pair<std::function<void(AttentionSpec&)>, std::string_view>> declined = {
+      {[](AttentionSpec& s) { s.params.causal = false; }, "causally"},
+      {[](AttentionSpec& s) { s.params.head_dim = 48; }, "32, 64, 96"},
+      {[](AttentionSpec& s) { s.params.block_size = 64; }, "16 and 32"},
+      {[](AttentionSpec& s) {
+         s.query_lens = {3, 21, 2};
+       },
+       "query length 21 > seq_len 20"},
+  };
+  for (const auto& [edit, reason] : declined) {
+    AttentionSpec s = prefill;
+    edit(s);
+    EXPECT_TRUE(reason_has(b.supports(with_new_kv(s, 3)), reason)) << reason;
+  }
+  AttentionSpec noncausal_decode = mixed;
+  noncausal_decode.query_lens = {1, 1, 1};
+  noncausal_decode.params.causal = false;  // one query sees every key either way
+  EXPECT_TRUE(b.supports(with_new_kv(noncausal_decode, 4)).ok);
+}
+
 TEST(NormSupport, KernelsDeclineResidualModesAndDtypesTheyDoNotHave) {
   RmsNormParams with;
   with.residual = true;
@@ -538,6 +592,30 @@ std::vector<AttentionSpec> attention_specs() {
   v.push_back(f);
   f.query_lens = {3, 20, 2};  // non-causal prefill
   v.push_back(f);
+  // Prefill and extend only (ROCM_ATTN's prefix prefill): two query blocks of 128 rows, a window and sinks,
+  // a head size the decode kernels lack with e5m2, GQA 8 with fnuz.
+  AttentionSpec pf = attn_spec(DType::kBF16, DType::kBF16, 16);
+  pf.query_lens = {3, 150, 2};
+  pf.seq_lens = {3, 300, 40};
+  v.push_back(pf);
+  pf.params.window = 20;
+  pf.params.has_sinks = true;
+  pf.q_stddev = 3.0;
+  v.push_back(pf);
+  AttentionSpec e5 = attn_spec(DType::kF16, DType::kF8E5M2, 32);
+  e5.params.head_dim = 96;
+  e5.params.k_scale = 0.5;
+  e5.params.v_scale = 2.0;
+  e5.query_lens = {7, 64, 65};
+  e5.seq_lens = {7, 100, 200};
+  v.push_back(e5);
+  AttentionSpec g8 = attn_spec(DType::kF16, DType::kF8E4M3FNUZ, 16);
+  g8.params.num_q_heads = 16;
+  g8.params.k_scale = 0.75;
+  g8.params.v_scale = 1.25;
+  g8.query_lens = {7, 64, 65};
+  g8.seq_lens = {7, 100, 200};
+  v.push_back(g8);
   return v;
 }
 
@@ -572,8 +650,8 @@ AttnBound attention_bound(const Numerics& n, const Case& c) {
   const double kmax = finite_max_abs(c.tensor("k_cache")) * p.k_scale;
   // Dequantisation rounds nothing when the cache already holds activation-dtype values at scale 1.
   const DType kv = c.tensor("k_cache").dtype();
-  const bool dequant_rounds =
-      n.kv_dequant_rounded && (kv != c.tensor("o").dtype() || p.k_scale != 1.0 || p.v_scale != 1.0);
+  const bool dequant_rounds = (n.kv_dequant_rounded || n.kv_dequant_rounded_prefill) &&
+                              (kv != c.tensor("o").dtype() || p.k_scale != 1.0 || p.v_scale != 1.0);
   const double dlogit = dequant_rounds ? u * p.scale * qmax_l1 * kmax : 0.0;
   const double o = vmax * ((n.p_rounded ? u : 0) + (n.partials_rounded ? u : 0) + (dequant_rounds ? u : 0) +
                            2 * dlogit + 1e-5);
@@ -599,7 +677,7 @@ TEST(AttentionTwins, MatchTheReferenceWithinTheirDeclaredNumerics) {
     const Backend* b = &numerics_of(*twin);
     int ran = 0;
     for (std::size_t i = 0; i < specs.size(); ++i) {
-      const Case c = builders::attention_case(specs[i], 100 + i);
+      const Case c = with_new_kv(specs[i], 100 + i);
       if (!b->supports(c).ok) continue;
       ++ran;
       std::string where;
@@ -912,6 +990,15 @@ TEST(AttentionTwins, RocmCustomDropsTheSoftcap) {
   const auto repaired = get("cpu.attn.rocm_custom").without_defects({"softcap_dropped"});
   ASSERT_NE(repaired, nullptr);
   EXPECT_TRUE(outputs_differ(run_clone(*repaired, capped), plain_out));
+  // The prefill/extend rows: context_attention_fwd takes no softcap either.
+  s.query_lens = {3, 5, 2};
+  const Case prefill = with_new_kv(s, 17);
+  Case prefill_capped = prefill.clone();
+  std::get<AttentionParams>(prefill_capped.params).softcap = 5.0;
+  ASSERT_TRUE(get("cpu.attn.rocm_custom").supports(prefill_capped).ok);
+  const Case prefill_out = run_clone(get("cpu.attn.rocm_custom"), prefill);
+  EXPECT_FALSE(outputs_differ(run_clone(get("cpu.attn.rocm_custom"), prefill_capped), prefill_out));
+  EXPECT_TRUE(outputs_differ(run_clone(*repaired, prefill_capped), prefill_out));
 }
 
 // ROCM_AITER_FA's prefill and extend passes call flash_attn_varlen_func without the layer's logits soft cap
@@ -1110,6 +1197,142 @@ TEST(AttentionTwins, NeverReadPoisonedSlots) {
       }
     }
   }
+}
+
+// ROCM_ATTN prefill probes: one sequence of `ql` new tokens after `ctx` context tokens, one head of 32, scale
+// 1, bf16; q is e_0 in every row, every key and value 0 except what a test sets, so a logit is k[0] of its
+// key. The context lives in the cache, the new tokens in k_new / v_new; the cache rows of the new tokens hold
+// -1000 in V[0], which a kernel reading them instead of the inputs would show.
+Case prefill_probe(std::int64_t ql, std::int64_t ctx, std::int64_t window = 0) {
+  AttentionSpec s = builders::one_head(DType::kBF16, ql, ctx + ql);
+  s.params.window = window;
+  s.poison_unused = false;
+  Case c = builders::attention_case(s, 9);
+  for (const char* name : {"k_cache", "v_cache", "q"})
+    c.tensor(name).copy_from(std::vector<double>(static_cast<std::size_t>(c.tensor(name).numel()), 0.0));
+  for (std::int64_t j = 0; j < ql; ++j) c.tensor("q").set({j, 0, 0}, 1.0);
+  for (std::int64_t t = ctx; t < ctx + ql; ++t) {
+    const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({0, t / 16}));
+    c.tensor("v_cache").set({page, t % 16, 0, 0}, -1000.0);
+  }
+  for (const char* name : {"k_new", "v_new"}) c.tensors[name] = Tensor::zeros(DType::kBF16, {ql, 1, 32});
+  return c;
+}
+
+void set_cache(Case& c, const char* cache, std::int64_t t, double x) {
+  const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({0, t / 16}));
+  c.tensor(cache).set({page, t % 16, 0, 0}, x);
+}
+
+// The window: ROCM_ATTN passes the first element of its (window - 1, 0) tuple as SLIDING_WINDOW
+// (rocm_attn.py RocmAttentionImpl at f65b0793; chunked_prefill_paged_decode hands it on), and the kernel
+// keeps `pos - key < SLIDING_WINDOW` (prefix_prefill.py:305-310): window - 1 keys, and none of the window
+// for 1. All logits 0 make o the mean of the visible V[0] = key index: row 7 of 8 with window 4 sees
+// keys 5..7 (mean 6) where the window's 4..7 give 5.5; window 1 sees all 8 (3.5) where only key 7 (7)
+// belongs. Repaired, the twin keeps the window. The inputs, not the cache rows of the new tokens (-1000), are
+// read.
+TEST(AttentionTwins, RocmAttnPrefillWindowIsOneShort) {
+  const auto fixed = get("cpu.attn.rocm_custom").without_defects({"window_one_short"});
+  ASSERT_NE(fixed, nullptr);
+  for (const auto& [w, faulty, repaired] : {std::tuple{4, 6.0, 5.5}, std::tuple{1, 3.5, 7.0}}) {
+    Case c = prefill_probe(8, 0, w);
+    for (std::int64_t n = 0; n < 8; ++n) c.tensor("v_new").set({n, 0, 0}, static_cast<double>(n));
+    EXPECT_EQ(run_clone(get("cpu.attn.rocm_custom"), c).tensor("o").at({7, 0, 0}), faulty) << "window " << w;
+    EXPECT_EQ(run_clone(*fixed, c).tensor("o").at({7, 0, 0}), repaired) << "window " << w;
+  }
+}
+
+// Masked keys stay in the tile's P.V with P = 0 (prefix_prefill.py:261-263, 329-331): an infinite V at a new
+// token after the row (causal) or at a context key outside the row's window makes the row NaN. Repaired,
+// row 1 is the mean of V[0] over keys 0 and 1 of the new tokens (ctx 0) or of its window (ctx 40, window 3
+// after the defect's own repair: keys 39..41).
+TEST(AttentionTwins, RocmAttnPrefillMaskedPTimesV) {
+  const auto fixed = get("cpu.attn.rocm_custom").without_defects({"masked_p_times_v", "window_one_short"});
+  ASSERT_NE(fixed, nullptr);
+  const double inf = std::numeric_limits<double>::infinity();
+  Case causal = prefill_probe(4, 0);
+  for (std::int64_t n = 0; n < 4; ++n) causal.tensor("v_new").set({n, 0, 0}, n == 3 ? inf : double(n));
+  EXPECT_TRUE(std::isnan(run_clone(get("cpu.attn.rocm_custom"), causal).tensor("o").at({1, 0, 0})));
+  EXPECT_EQ(run_clone(*fixed, causal).tensor("o").at({1, 0, 0}), 0.5);
+  Case window = prefill_probe(2, 40, 3);
+  set_cache(window, "v_cache", 0, inf);  // far outside the window
+  set_cache(window, "v_cache", 39, 3.0);
+  window.tensor("v_new").set({0, 0, 0}, 6.0);
+  EXPECT_TRUE(std::isnan(run_clone(get("cpu.attn.rocm_custom"), window).tensor("o").at({1, 0, 0})));
+  EXPECT_EQ(run_clone(*fixed, window).tensor("o").at({1, 0, 0}), 3.0);  // (3 + 6 + 0) / 3
+}
+
+// tl.max / tl.maximum drop NaN (maxnum), and the kernel zeroes p and alpha where the max is -inf
+// (prefix_prefill.py:235-240): row 0 of a prefill sees key 0 alone, and a NaN there leaves m = -inf, so the
+// row writes 0 where the math gives NaN (defect nan_row_zeroed). Row 1 also sees a finite key: NaN either
+// way. Repaired, the max propagates the NaN.
+TEST(AttentionTwins, RocmAttnPrefillRowOfNanLogitsIsZeroed) {
+  Case c = prefill_probe(2, 0);
+  c.tensor("k_new").set({0, 0, 0}, std::numeric_limits<double>::quiet_NaN());
+  c.tensor("v_new").set({0, 0, 1}, 3.0);
+  const Case out = run_clone(get("cpu.attn.rocm_custom"), c);
+  const auto fixed = get("cpu.attn.rocm_custom").without_defects({"nan_row_zeroed"});
+  ASSERT_NE(fixed, nullptr);
+  const Case repaired = run_clone(*fixed, c);
+  EXPECT_EQ(out.tensor("o").at({0, 0, 1}), 0.0);
+  EXPECT_EQ(out.tensor("lse").at({0, 0}), -std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(repaired.tensor("o").at({0, 0, 1})));
+  EXPECT_TRUE(std::isnan(out.tensor("o").at({1, 0, 1})));
+  EXPECT_TRUE(std::isnan(repaired.tensor("o").at({1, 0, 1})));
+}
+
+// Tile widths and the running sum: three keys at logit a (< 0) first, then one at 0 at position 20 of the
+// context (ctx 40) or of the new tokens (ctx 0, row 69 of 70). In one tile of 32 context keys (BLOCK_SIZE =
+// 32, prefix_prefill.py context_attention_fwd) or 64 new-token keys (BLOCK_N) the sum is one tl.sum,
+// ((e + e) + e) + 1 with e = exp(a) (sequential, as the twin sums); with tiles of 16 it would be the running
+// update fma(3, e, 1). Every other key has logit -200 (p = 0 in fp32). The lse the twin reports is log(l):
+// for an `a` where the two sums differ, it shows the tile width.
+TEST(AttentionTwins, RocmAttnPrefillTilesOf32ContextAnd64NewKeys) {
+  float a = 0.0f, one_tile = 0.0f;
+  for (int k = 1; k < 512 && a == 0.0f; ++k) {
+    const float ak = -static_cast<float>(k) / 32.0f;  // exact in bf16
+    const float e = std::exp2(ak * 1.44269504088896340736f);
+    const float summed = ((e + e) + e) + 1.0f;
+    if (std::log(summed) != std::log(std::fma(3.0f, e, 1.0f))) {
+      a = ak;
+      one_tile = summed;
+    }
+  }
+  ASSERT_NE(a, 0.0f);
+  Case context = prefill_probe(2, 40);
+  Case fresh = prefill_probe(70, 0);
+  for (std::int64_t t = 0; t < 40; ++t) set_cache(context, "k_cache", t, t < 3 ? a : t == 20 ? 0.0 : -200.0);
+  for (std::int64_t n = 0; n < 2; ++n) context.tensor("k_new").set({n, 0, 0}, -200.0);
+  for (std::int64_t n = 0; n < 70; ++n)
+    fresh.tensor("k_new").set({n, 0, 0}, n < 3 ? a : n == 20 ? 0.0 : -200.0);
+  EXPECT_EQ(run_clone(get("cpu.attn.rocm_custom"), context).tensor("lse").at({0, 0}),
+            static_cast<double>(std::log(one_tile)))
+      << "a " << a;
+  EXPECT_EQ(run_clone(get("cpu.attn.rocm_custom"), fresh).tensor("lse").at({69, 0}),
+            static_cast<double>(std::log(one_tile)))
+      << "a " << a;
+}
+
+// The running sum across tiles, `l_i = l_i * alpha + l_ij` (prefix_prefill.py:265, 333), is one FMA (Triton
+// contracts it): three context keys at a in the first 32-key tile, the key at 0 in the second (position 32).
+// Where rounding 3 alpha first changes log(l), the twin must keep the FMA's value.
+TEST(AttentionTwins, RocmAttnPrefillRunningSumIsAnFma) {
+  float a = 0.0f, fused = 0.0f;
+  for (int k = 1; k < 512 && a == 0.0f; ++k) {
+    const float ak = -static_cast<float>(k) / 32.0f;
+    const float alpha = std::exp2(ak * 1.44269504088896340736f);
+    if (std::log(std::fma(3.0f, alpha, 1.0f)) != std::log(3.0f * alpha + 1.0f)) {
+      a = ak;
+      fused = std::fma(3.0f, alpha, 1.0f);
+    }
+  }
+  ASSERT_NE(a, 0.0f);
+  Case c = prefill_probe(2, 40);
+  for (std::int64_t t = 0; t < 40; ++t) set_cache(c, "k_cache", t, t < 3 ? a : t == 32 ? 0.0 : -200.0);
+  for (std::int64_t n = 0; n < 2; ++n) c.tensor("k_new").set({n, 0, 0}, -200.0);
+  EXPECT_EQ(run_clone(get("cpu.attn.rocm_custom"), c).tensor("lse").at({0, 0}),
+            static_cast<double>(std::log(fused)))
+      << "a " << a;
 }
 
 // ---- mutants

@@ -134,6 +134,31 @@ TEST(Oracle, NewKvFromInputsIsJudgedAgainstTheInputsReference) {
             Verdict::kBeyondTolerance);
 }
 
+// kv_dequant_rounded_prefill (ROCM_ATTN: only its prefill kernel rounds the dequantised fp8 context to act)
+// adds the dequantisation term to the elements of the extend sequence's rows and to no decode row: the decode
+// row's tolerance is that without the term, the extend rows' that with kv_dequant_rounded.
+TEST(Oracle, KvDequantRoundedPrefillScopesTheTermToPrefillRows) {
+  const PreparedCase pc = prepare(materialize(fp8_extend_spec()));
+  const std::size_t decode_row = 4 * 32;  // token 0 (the decode sequence): 4 heads of 32
+  Numerics none, all, prefill;
+  all.kv_dequant_rounded = true;
+  prefill.kv_dequant_rounded_prefill = true;
+  const ErrorModel& m = pc.model.at("o");
+  const auto ref = pc.reference.at("o").to_f64();
+  std::size_t extend_wider = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double t_none = tolerance(m, none, i, ref[i]), t_all = tolerance(m, all, i, ref[i]);
+    EXPECT_EQ(tolerance(m, prefill, i, ref[i]), i < decode_row ? t_none : t_all) << i;
+    extend_wider += i >= decode_row && t_all > t_none;
+  }
+  EXPECT_GT(extend_wider, (ref.size() - decode_row) / 2);
+  const ErrorModel& l = pc.model.at("lse");
+  for (std::size_t row = 0; row < 4; ++row)
+    EXPECT_EQ(tolerance(l, prefill, row, 0.0), tolerance(l, none, row, 0.0)) << row;
+  EXPECT_EQ(tolerance(l, prefill, 4, 0.0), tolerance(l, all, 4, 0.0));
+  EXPECT_GT(tolerance(l, all, 4, 0.0), tolerance(l, none, 4, 0.0));
+}
+
 // Where the inputs equal the cache (bf16 cache, or no prefill/extend sequence) the two semantics are one:
 // no second reference is computed.
 TEST(Oracle, NewKvFromInputsNeedsNoSecondReferenceWhereTheyEqualTheCache) {

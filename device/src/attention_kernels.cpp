@@ -30,6 +30,12 @@ constexpr float kSumBias = 1e-6f;
 constexpr std::int64_t kKernelBlock = 16;
 // ROCM_AITER_FA: context tokens gathered per chunk, shared by the batch's extends (_CP_TOKENS_PER_ITER_ROCM).
 constexpr std::int64_t kCpTokensPerIter = 32 * 1024;
+// ROCM_ATTN: the reason suffix of what only its decode kernel restricts.
+constexpr std::string_view kDecodeRows =
+    " (decode rows: use_rocm_custom_paged_attention then sends them to ROCM_ATTN's Triton "
+    "kernel_paged_attention_2d, or the custom kernel raises, which the twin does not model)";
+// ROCM_ATTN prefix prefill: the bias of its final division, acc / (L + 1e-10) (fp32).
+constexpr float kPrefillDivBias = 1e-10f;
 
 // The case, resolved once.
 struct Batch {
@@ -157,7 +163,7 @@ class AttentionTwin final : public TwinBackend {
 
  private:
   // The upstream defects the kernel parameters can reproduce (docs/FINDINGS.md names each).
-  static constexpr std::array<DefectSwitch<AttnKernel>, 10> kDefects{{
+  static constexpr std::array<DefectSwitch<AttnKernel>, 12> kDefects{{
       {"softcap_from_exp", &AttnKernel::softcap_from_exp},
       {"page_tail_unmasked", &AttnKernel::page_tail_unmasked},
       {"masked_p_times_v", &AttnKernel::masked_p_times_v},
@@ -168,11 +174,14 @@ class AttentionTwin final : public TwinBackend {
       {"heads_addressed_dense", &AttnKernel::heads_addressed_dense},
       {"softcap_dropped", &AttnKernel::softcap_dropped},
       {"e5m2_read_as_e4m3", &AttnKernel::e5m2_read_as_e4m3},
+      {"window_one_short", &AttnKernel::window_one_short},
+      {"nan_row_zeroed", &AttnKernel::nan_row_zeroed},
   }};
 
   Support supports_kv(const Case& c) const;
   Support supports_extend(const Case& c) const;
   Batch shape_of(const Case& c) const;
+  Support supports_prefix_prefill(const Case& c) const;
   Batch resolve(Case& c) const;
   Plan plan(const Batch& b) const;
   void plan_launch(const Batch& b, Plan& pl) const;
@@ -200,6 +209,7 @@ class AttentionTwin final : public TwinBackend {
   void extend_sequence(const Batch& b, std::int64_t s) const;
   void paged_sequence(const Batch& b, const Plan& pl, std::int64_t s, Panel& panel) const;
   void extend_panels(const Batch& b, std::int64_t s, std::int64_t g, Panel& context, Panel& fresh) const;
+  void prefix_prefill_sequence(const Batch& b, std::int64_t s) const;
 
   AttnKernel k_;
   AttnBug bug_;
@@ -229,6 +239,13 @@ bool has_decode_sequence(const Case& c) {
   return false;
 }
 
+bool has_long_query(const Case& c) {
+  const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
+  for (std::size_t s = 0; s + 1 < qsl.size(); ++s)
+    if (qsl[s + 1] - qsl[s] > 1) return true;
+  return false;
+}
+
 Support AttentionTwin::supports_kv(const Case& c) const {
   const std::string& who = k_.name_for_reasons;
   const DType kv = c.tensor("k_cache").dtype();
@@ -243,12 +260,15 @@ Support AttentionTwin::supports_kv(const Case& c) const {
       (has_decode_sequence(c) && !(k_.windowed_decode && c.get<AttentionParams>().window > 0));
   if (!k_.fp8_unmodelled.empty() && pa_v1_decode)
     return Support::no(fmt::format("KV cache {}: {}", dtype_name(kv), k_.fp8_unmodelled));
-  if (!k_.kv_dtypes.empty() &&
-      std::find(k_.kv_dtypes.begin(), k_.kv_dtypes.end(), kv) == k_.kv_dtypes.end()) {
+  // ROCM_ATTN: decode rows go to the custom paged kernel (kv_dtypes), prefill rows to the Triton prefix
+  // prefill (pp_kv_dtypes); a batch needs every kernel it reaches to read its cache.
+  const bool decode_rows = !k_.prefix_prefill || has_decode_sequence(c);
+  const std::vector<DType>& allowed = decode_rows ? k_.kv_dtypes : k_.pp_kv_dtypes;
+  if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), kv) == allowed.end()) {
     std::vector<std::string_view> names;
-    for (DType t : k_.kv_dtypes) names.push_back(dtype_name(t));
-    return Support::no(
-        fmt::format("KV cache {}: {} stores fp8 as {} only", dtype_name(kv), who, join(names, " or ")));
+    for (DType t : allowed) names.push_back(dtype_name(t));
+    return Support::no(fmt::format("KV cache {}: {} stores fp8 as {} only{}", dtype_name(kv), who,
+                                   join(names, " or "), k_.prefix_prefill ? kDecodeRows : ""));
   }
   return Support::yes();
 }
@@ -265,21 +285,31 @@ Support AttentionTwin::supports(const Case& c) const {
   if (!k_.block_sizes.empty() && !contains(k_.block_sizes, p.block_size))
     return Support::no(fmt::format("block_size {}: {} supports KV block sizes {} only", p.block_size, who,
                                    join(k_.block_sizes, " and ")));
-  if (!k_.head_dims.empty() && !contains(k_.head_dims, p.head_dim))
+  // ROCM_ATTN: what only the custom paged kernel restricts applies to batches with decode rows; the others
+  // run the Triton prefix prefill alone (supports_prefix_prefill).
+  const bool decode_rows = !k_.prefix_prefill || has_decode_sequence(c);
+  const std::string_view decode_note = k_.prefix_prefill ? kDecodeRows : "";
+  if (!decode_rows && !k_.pp_head_dims.empty() && !contains(k_.pp_head_dims, p.head_dim))
     return Support::no(fmt::format("head_dim {}: {} supports head sizes {} only", p.head_dim, who,
-                                   join(k_.head_dims, " and ")));
+                                   join(k_.pp_head_dims, " and ")));
+  if (decode_rows && !k_.head_dims.empty() && !contains(k_.head_dims, p.head_dim))
+    return Support::no(fmt::format("head_dim {}: {} supports head sizes {} only{}", p.head_dim, who,
+                                   join(k_.head_dims, " and "), decode_note));
   if (p.head_dim < k_.min_head_dim || (k_.max_head_dim > 0 && p.head_dim > k_.max_head_dim))
     return Support::no(fmt::format("head_dim {}: {} supports head sizes {}..{}", p.head_dim, who,
                                    k_.min_head_dim,
                                    k_.max_head_dim > 0 ? fmt::format("{}", k_.max_head_dim) : ""));
   const std::int64_t ratio = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
-  if (k_.max_gqa_ratio > 0 && ratio > k_.max_gqa_ratio)
-    return Support::no(fmt::format("GQA ratio {}: {} supports 1..{}", ratio, who, k_.max_gqa_ratio));
-  if (p.window > 0 && !k_.window) return Support::no(fmt::format("sliding window: {} has none", who));
+  if (decode_rows && k_.max_gqa_ratio > 0 && ratio > k_.max_gqa_ratio)
+    return Support::no(
+        fmt::format("GQA ratio {}: {} supports 1..{}{}", ratio, who, k_.max_gqa_ratio, decode_note));
+  if (decode_rows && p.window > 0 && !k_.window)
+    return Support::no(fmt::format("sliding window: {} has none{}", who, decode_note));
   if (p.softcap > 0 && !k_.softcap_unmodelled.empty())
     return Support::no(fmt::format("softcap: {}", k_.softcap_unmodelled));
   if (p.softcap > 0 && !k_.softcap) return Support::no(fmt::format("softcap: {} has none", who));
-  if (p.has_sinks && k_.sinks == SinkPath::kNone) return Support::no(fmt::format("sinks: {} has none", who));
+  if (decode_rows && p.has_sinks && k_.sinks == SinkPath::kNone)
+    return Support::no(fmt::format("sinks: {} has none{}", who, decode_note));
   if (!p.causal && !k_.non_causal)
     return Support::no(fmt::format("non-causal attention: {}", k_.causal_reason.empty()
                                                                    ? fmt::format("{} is causal only", who)
@@ -298,6 +328,7 @@ Support AttentionTwin::supports(const Case& c) const {
     }
   }
   if (k_.aiter_fa_extend) return supports_extend(c);
+  if (k_.prefix_prefill) return supports_prefix_prefill(c);
   if (k_.max_query_len > 0) {
     const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
     for (std::size_t s = 0; s + 1 < qsl.size(); ++s)
@@ -307,6 +338,31 @@ Support AttentionTwin::supports(const Case& c) const {
                 ? fmt::format("query length {}: {} is a decode kernel (query length <= {})",
                               qsl[s + 1] - qsl[s], who, k_.max_query_len)
                 : fmt::format("query length {}: {}", qsl[s + 1] - qsl[s], k_.long_query_unmodelled));
+  }
+  return Support::yes();
+}
+
+// ROCM_ATTN's prefill/extend rows (chunked_prefill_paged_decode -> context_attention_fwd): what the Triton
+// prefix prefill reads and which sequences it handles as the twin models them.
+Support AttentionTwin::supports_prefix_prefill(const Case& c) const {
+  const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
+  const std::vector<std::int32_t> lens = load_ints(c.tensor("seq_lens"));
+  for (std::size_t s = 0; s < lens.size(); ++s) {
+    const std::int64_t ql = qsl[s + 1] - qsl[s];
+    if (ql <= 1) continue;
+    if (!c.has("k_new"))
+      return Support::no(
+          "ROCM_ATTN's prefill/extend rows run the Triton context_attention_fwd, which reads the new tokens' "
+          "K/V from the layer's inputs (k_new, v_new); the case does not carry them");
+    if (!c.get<AttentionParams>().causal)
+      return Support::no(
+          "non-causal attention: ROCM_ATTN is a decoder backend (RocmAttentionImpl raises for encoder "
+          "self-attention) and context_attention_fwd masks the new tokens causally");
+    if (ql > lens[s])
+      return Support::no(
+          fmt::format("query length {} > seq_len {}: vLLM schedules no more new tokens than the "
+                      "sequence holds",
+                      ql, lens[s]));
   }
   return Support::yes();
 }
@@ -969,6 +1025,166 @@ void AttentionTwin::extend_sequence(const Batch& b, std::int64_t s) const {
   }
 }
 
+// ---- ROCM_ATTN prefill/extend: vLLM's Triton context_attention_fwd (prefix_prefill.py _fwd_kernel)
+
+// One row's online-softmax state in the prefix prefill kernel (m_i, l_i, acc of one row of the program's
+// BLOCK_M rows).
+struct PrefillRow {
+  float m = kNegInf;
+  float l = 0.0f;
+  std::vector<float> acc;
+};
+
+// Keys (rows of K and V, `d` wide) of one tile as the kernel loaded them; a row the tile reads past the
+// sequence (masked load) is nullptr, V loaded as 0.
+struct PrefillTile {
+  std::vector<float> scores;      // the row's logits, -inf where masked
+  std::vector<const float*> v;    // V rows, nullptr for a masked load (0)
+  std::vector<char> v_nonfinite;  // V row holds a NaN or an infinity
+  std::vector<char> masked;       // the row must not see this key (causal, window, past the end)
+};
+
+// One softmax step of _fwd_kernel for one row (prefix_prefill.py:235-266 for the context, 313-334 for the new
+// tokens): m_ij = maximum(m_i, max(qk)) (maxnum); p = exp(qk - m_ij), 0 where m_ij is -inf; l_ij = sum(p);
+// alpha = exp(m_i - m_ij), 0 where m_i is -inf; acc *= alpha; acc = dot(act(p), V, acc) over the whole tile
+// (a masked p = 0 still multiplies its V: 0 * inf = NaN); l_i = l_i * alpha + l_ij as one FMA. With
+// `nan_max` false (defect nan_row_zeroed repaired) the max propagates a NaN logit.
+void prefill_step(DType act, std::int64_t d, const PrefillTile& tile, bool masked_p_times_v, bool nan_max,
+                  PrefillRow& st) {
+  const std::size_t n = tile.scores.size();
+  float m = st.m;
+  for (float x : tile.scores)
+    m = !nan_max && (std::isnan(x) || std::isnan(m)) ? std::numeric_limits<float>::quiet_NaN()
+                                                     : std::fmax(m, x);
+  float l_j = 0.0f;
+  std::vector<float> p(n);
+  for (std::size_t t = 0; t < n; ++t) {
+    p[t] = m == kNegInf ? 0.0f : exp_of(ExpImpl::kFastExp, tile.scores[t] - m);
+    l_j += p[t];
+  }
+  const float alpha = st.m == kNegInf ? 0.0f : exp_of(ExpImpl::kFastExp, st.m - m);
+  for (float& a : st.acc) a *= alpha;
+  for (std::size_t t = 0; t < n; ++t) {
+    if (tile.v[t] == nullptr) continue;  // V loaded as 0: adds 0
+    const float pr = round_act(act, p[t]);
+    if (pr == 0.0f && !tile.v_nonfinite[t]) continue;
+    if (tile.masked[t] && !masked_p_times_v) continue;  // repaired: a masked key stays out of P.V
+    const float* vt = tile.v[t];
+    for (std::int64_t i = 0; i < d; ++i) st.acc[static_cast<std::size_t>(i)] += pr * vt[i];
+  }
+  st.l = std::fma(st.l, alpha, l_j);
+  st.m = m;
+}
+
+std::vector<char> nonfinite_rows(const std::vector<float>& x, std::int64_t rows, std::int64_t d) {
+  std::vector<char> out(static_cast<std::size_t>(rows));
+  for (std::int64_t t = 0; t < rows; ++t)
+    out[static_cast<std::size_t>(t)] =
+        std::any_of(x.begin() + t * d, x.begin() + (t + 1) * d, [](float e) { return !std::isfinite(e); });
+  return out;
+}
+
+// One prefill/extend sequence under ROCM_ATTN (chunked_prefill_paged_decode calls context_attention_fwd with
+// skip_decode when some query length is above 1). Per q head and query row j (program block j / BLOCK_M):
+// the sink as initial max (l = 1), the context [0, ctx) from the paged cache in tiles of 32 keys with no
+// causal mask (fp8: K, V = act(fp32(kv) * scale) before the dots; prefix_prefill.py:163-266), then the new
+// tokens from the key/value inputs in tiles of 64 keys up to the block's end, causal (273-334); logits
+// `fp32(scale) * dot`, -inf where masked; window `pos - key < SLIDING_WINDOW`; o = act(acc / (l + 1e-10))
+// (336). The kernel writes no LSE: the twin reports m + log(l).
+void AttentionTwin::prefix_prefill_sequence(const Batch& b, std::int64_t s) const {
+  const std::int64_t q0 = b.query_start[s], ql = b.query_start[s + 1] - q0, d = b.d;
+  const std::int64_t ctx = b.seq_lens[static_cast<std::size_t>(s)] - ql;
+  // SLIDING_WINDOW as the kernel receives it: ROCM_ATTN passes window - 1 (defect window_one_short), and the
+  // kernel applies no window when that is 0.
+  std::int64_t sw = b.p->window;
+  if (sw > 0 && k_.window_one_short) sw -= 1;
+  if (sw > 0 && bug_ == AttnBug::kWindowOffByOne) sw += 1;
+  const bool masked_pv = k_.masked_p_times_v || bug_ == AttnBug::kMaskedPTimesV;
+  const float qk_mul = static_cast<float>(b.p->scale);
+  // context_attention_fwd takes no softcap (defect softcap_dropped); repaired, c * tanh(s / c).
+  const float cap =
+      k_.softcap_dropped || bug_ == AttnBug::kSoftcapMissing ? 0.0f : static_cast<float>(b.p->softcap);
+  std::vector<float> ctx_k, ctx_v, new_k(static_cast<std::size_t>(ql * d)), new_v(new_k.size());
+  std::vector<float> q(static_cast<std::size_t>(d)), out(q.size());
+  const Shape &qs = b.q->strides(), &os = b.o->strides();
+  const auto dot = [&](const float* k) {
+    float acc = 0.0f;
+    for (std::int64_t i = 0; i < d; ++i) acc += q[static_cast<std::size_t>(i)] * k[i];
+    const float sc = bug_ == AttnBug::kLogitsRounded ? round_act(b.act, qk_mul * acc) : qk_mul * acc;
+    return cap > 0.0f ? cap * std::tanh(sc / cap) : sc;
+  };
+  PrefillTile tile;
+  const auto reset_tile = [&](std::int64_t n) {
+    tile.scores.assign(static_cast<std::size_t>(n), kNegInf);
+    tile.v.assign(static_cast<std::size_t>(n), nullptr);
+    tile.v_nonfinite.assign(static_cast<std::size_t>(n), 0);
+    tile.masked.assign(static_cast<std::size_t>(n), 1);
+  };
+  for (std::int64_t g = 0; g < b.hkv; ++g) {
+    gather_one(b, *b.k, b.p->k_scale, s, g, ctx_k, std::max<std::int64_t>(ctx, 0));
+    gather_one(b, *b.v, b.p->v_scale, s, g, ctx_v, std::max<std::int64_t>(ctx, 0));
+    // `(k_load.to(fp32) * k_scale).to(q.dtype)` for fp8; the twins apply the scales to every cache, as the
+    // reference does (act caches are generated with scale 1, where this rounds nothing).
+    for (auto [x, scale] : {std::pair{&ctx_k, b.p->k_scale}, std::pair{&ctx_v, b.p->v_scale}})
+      for (float& e : *x) e = round_act(b.act, e * static_cast<float>(scale));
+    for (const auto& [input, dst] : {std::pair{b.k_new, &new_k}, std::pair{b.v_new, &new_v}}) {
+      const Shape& st = input->strides();
+      for (std::int64_t j = 0; j < ql; ++j)
+        load_run(*input->storage(), input->offset() + (q0 + j) * st[0] + g * st[1], st[2], d,
+                 dst->data() + j * d);
+    }
+    const std::vector<char> ctx_bad = nonfinite_rows(ctx_v, std::max<std::int64_t>(ctx, 0), d);
+    const std::vector<char> new_bad = nonfinite_rows(new_v, ql, d);
+    for (std::int64_t h = 0; h < b.hq; ++h) {
+      if (kv_head(b, h) != g) continue;
+      for (std::int64_t j = 0; j < ql; ++j) {
+        load_run(*b.q->storage(), b.q->offset() + (q0 + j) * qs[0] + h * qs[1], qs[2], d, q.data());
+        PrefillRow st;
+        st.acc.assign(static_cast<std::size_t>(d), 0.0f);
+        if (!b.sinks.empty()) {
+          st.m = b.sinks[static_cast<std::size_t>(h)];
+          st.l = st.m > kNegInf ? 1.0f : 0.0f;
+        }
+        // Context: every key below ctx, no causal mask; the window measured from the row's position ctx + j.
+        for (std::int64_t t0 = 0; t0 < ctx; t0 += k_.pp_ctx_tile) {
+          reset_tile(k_.pp_ctx_tile);
+          for (std::int64_t t = t0; t < std::min(t0 + k_.pp_ctx_tile, ctx); ++t) {
+            const auto i = static_cast<std::size_t>(t - t0);
+            tile.v[i] = ctx_v.data() + t * d;
+            tile.v_nonfinite[i] = ctx_bad[static_cast<std::size_t>(t)];
+            if (sw > 0 && ctx + j - t >= sw) continue;
+            tile.masked[i] = 0;
+            tile.scores[i] = dot(ctx_k.data() + t * d);
+          }
+          prefill_step(b.act, d, tile, masked_pv, k_.nan_row_zeroed, st);
+        }
+        // New tokens: tiles of BLOCK_N up to the end of the row's BLOCK_M block, causal.
+        const std::int64_t block_end = (j / k_.pp_block_m + 1) * k_.pp_block_m;
+        const std::int64_t hi = j + (bug_ == AttnBug::kCausalOffByOne ? 1 : 0);
+        for (std::int64_t n0 = 0; n0 < block_end; n0 += k_.pp_block_n) {
+          reset_tile(k_.pp_block_n);
+          for (std::int64_t n = n0; n < std::min(n0 + k_.pp_block_n, ql); ++n) {
+            const auto i = static_cast<std::size_t>(n - n0);
+            tile.v[i] = new_v.data() + n * d;
+            tile.v_nonfinite[i] = new_bad[static_cast<std::size_t>(n)];
+            if (n > hi || (sw > 0 && j - n >= sw)) continue;
+            tile.masked[i] = 0;
+            tile.scores[i] = dot(new_k.data() + n * d);
+          }
+          prefill_step(b.act, d, tile, masked_pv, k_.nan_row_zeroed, st);
+        }
+        for (std::int64_t i = 0; i < d; ++i)
+          out[static_cast<std::size_t>(i)] =
+              round_act(b.act, st.acc[static_cast<std::size_t>(i)] / (st.l + kPrefillDivBias));
+        const std::int64_t base = b.o->offset() + (q0 + j) * os[0] + h * os[1];
+        for (std::int64_t i = 0; i < d; ++i)
+          store(*b.o->storage(), base + i * os[2], out[static_cast<std::size_t>(i)]);
+        store(*b.lse->storage(), b.lse->index({q0 + j, h}), st.m + std::log(st.l));
+      }
+    }
+  }
+}
+
 float AttentionTwin::compute_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h,
                                  float* out) const {
   switch (k_.schedule) {
@@ -1034,6 +1250,10 @@ void AttentionTwin::run(Case& c) const {
     if (qlen == 0) continue;
     if (k_.aiter_fa_extend && qlen > 1) {
       extend_sequence(b, s);
+      continue;
+    }
+    if (k_.prefix_prefill && qlen > 1) {
+      prefix_prefill_sequence(b, s);
       continue;
     }
     if (windowed)

@@ -1,5 +1,6 @@
 // ROCM_ATTN: vLLM's custom HIP paged-attention decode kernels (csrc/rocm/attention.cu, the gfx9 / MI300
-// path) and their reduce kernel.
+// path) and their reduce kernel for decode rows; vLLM's Triton prefix prefill (context_attention_fwd) for the
+// rows of sequences with query length > 1 (chunked_prefill_paged_decode).
 #include "builtin.hpp"
 #include "twin_attention.hpp"
 
@@ -15,6 +16,11 @@ namespace driftcheck::twin {
 // page_tail_unmasked). q is read at `token * q_stride + head * D` and o written at `(token * Hq + head) * D`
 // (defect heads_addressed_dense). Text read: csrc/rocm/attention.cu at vllm 4388f06 (the code index's only
 // version; the project pin 0013943's text is not stored here), docs/BACKENDS.md gives the lines.
+// Prefill/extend rows (AttnKernel::prefix_prefill): vLLM's Triton _fwd_kernel (prefix_prefill.py at
+// 53285d99), BLOCK_M 128 query rows, context tiles of 32 keys from the cache (fp8 dequantised to act before
+// the dots), new-token tiles of 64 keys from the key/value inputs; tl.exp, P rounded to act, masked P (0)
+// times the loaded V (defect masked_p_times_v), the window passed one short (defect window_one_short), rows
+// of NaN logits zeroed (defect nan_row_zeroed), sinks as the initial max; q and o through their strides.
 std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   AttnKernel k;
   k.schedule = AttnSchedule::kLl4mi;
@@ -28,43 +34,66 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   k.reduce_padded_slots = true;
   k.page_tail_unmasked = true;
   k.heads_addressed_dense = true;
-  k.masked_p_times_v = false;  // decode rows see every key below seq_len: nothing else is masked
-  k.empty_tile_step = false;   // no tiles of query blocks
+  // Decode rows see every key below seq_len (no window reaches the custom kernel), so only the prefix
+  // prefill's tiles hold masked keys: causally later new tokens and keys outside the window.
+  k.masked_p_times_v = true;
+  k.empty_tile_step = false;  // no tiles of query blocks
+  // vLLM's backend: kernel block sizes 16 and 32 (RocmAttentionBackend.get_supported_kernel_block_sizes).
   k.block_sizes = {16, 32};
   k.head_dims = {64, 128};
   k.max_gqa_ratio = 16;
-  k.max_query_len =
-      1;  // prefill goes to ROCM_ATTN's Triton prefill kernel, which reads new K/V from the inputs
   k.window = false;
-  // The kernel has no logits soft cap, and ROCM_ATTN passes it none: rocm_attn.py (f65b079) keeps the layer's
-  // logits_soft_cap and hands it to no kernel, and nothing rejects it, so a softcap layer's decode rows run
-  // this kernel uncapped (defect softcap_dropped; repaired, c * tanh(s / c)).
+  // The kernels have no logits soft cap, and ROCM_ATTN passes them none: rocm_attn.py (f65b079) keeps the
+  // layer's logits_soft_cap and hands it to no kernel (chunked_prefill_paged_decode takes none), and nothing
+  // rejects it, so a softcap layer's rows run uncapped on both paths (defect softcap_dropped; repaired,
+  // c * tanh(s / c)).
   k.softcap_dropped = true;
   k.softcap_from_exp = false;
-  // fp8 caches are the platform's e4m3 (fnuz on MI300, fn on MI355); e5m2 is rejected.
+  // Decode rows: the custom kernel reads the platform's e4m3 (fnuz on MI300, fn on MI355) and rejects e5m2;
+  // the prefix prefill also views an fp8_e5m2 cache as e5m2.
   k.kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN};
+  k.prefix_prefill = true;
+  k.pp_block_m = 128;  // context_attention_fwd: power-of-two pages
+  k.pp_block_n = 64;
+  k.pp_ctx_tile = 32;                                      // TRITON_BLOCK_SIZE
+  k.pp_head_dims = {32, 64, 96, 128, 160, 192, 224, 256};  // RocmAttentionBackend.get_supported_head_sizes
+  k.pp_kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN, DType::kF8E5M2};
+  k.window_one_short = true;
+  k.nan_row_zeroed = true;
   k.name_for_reasons = "ROCM_ATTN custom paged kernel";
   TwinInfo i;
   i.name = "cpu.attn.rocm_custom";
   i.description =
-      "vLLM ROCM_ATTN custom paged attention (csrc/rocm/attention.cu): 256-token partitions, per-warp max, "
-      "mfma4 (GQA <= 4) warp partials in act with truncating bf16 adds, act partition outputs";
+      "vLLM ROCM_ATTN: decode rows through the custom paged attention (csrc/rocm/attention.cu: 256-token "
+      "partitions, per-warp max, mfma4 warp partials in act with truncating bf16 adds, act partition "
+      "outputs); prefill/extend rows through the Triton prefix prefill (context tiles 32, new-token tiles 64 "
+      "from the key/value inputs, P in act, window one short)";
   // The pin (vllm@0013943)'s csrc/rocm/attention.cu cannot be read here; the code index holds this file at
-  // 4388f06 only, so that is the text the twin models, line by line (docs/BACKENDS.md).
+  // 4388f06 only, so that is the text the twin models, line by line (docs/BACKENDS.md). Likewise the prefix
+  // prefill at 53285d99.
   i.provenance =
       "vllm-project/vllm@4388f06cc1d412e2c9d8ac92460cd2598275a824 csrc/rocm/attention.cu "
       "(paged_attention_ll4mi_QKV_mfma16_kernel 264-771, paged_attention_ll4mi_QKV_mfma4_kernel 777-1274, "
       "paged_attention_ll4mi_reduce_kernel 1277-1483, paged_attention_custom_launcher 1590-1745, "
-      "paged_attention "
-      "1811-1854); "
+      "paged_attention 1811-1854); "
+      "vllm@53285d99399ba8b3a7420264d15676fe9778e321 vllm/v1/attention/ops/prefix_prefill.py (_fwd_kernel "
+      "36-351, context_attention_fwd) for prefill/extend rows; "
       "vllm@69f87df387332b6d414cef3a9f170a20ede400eb vllm/v1/attention/ops/chunked_prefill_paged_decode.py "
-      "(ops.paged_attention_rocm for decode rows when use_rocm_custom_paged_attention); "
+      "(context_attention_fwd with skip_decode; ops.paged_attention_rocm for decode rows when "
+      "use_rocm_custom_paged_attention); "
       "vllm@f65b0793565300271712caa1351f0a1311f974f8 vllm/v1/attention/backends/rocm_attn.py";
   i.numerics.p_rounded = true;
   i.numerics.partials_rounded = true;
+  // Prefill/extend rows attend the layer's key/value inputs for the new tokens; their fp8 context is
+  // dequantised to act before the dots (decode rows read fp8 exactly: the rounding is declared for prefill
+  // rows only).
+  i.numerics.new_kv = NewKv::kInputs;
+  i.numerics.kv_dequant_rounded_prefill = true;
   i.supports_summary =
-      "bf16/fp16 q; KV act or fp8 e4m3 (fn/fnuz); block_size 16/32; head_dim 64/128; GQA 1..16; decode "
-      "(query length 1); no window, no sinks; softcap accepted and dropped (as ROCM_ATTN does)";
+      "bf16/fp16 q; block_size 16/32; softcap accepted and dropped (as ROCM_ATTN does); decode rows (query "
+      "length 1): KV act or fp8 e4m3 (fn/fnuz), head_dim 64/128, GQA 1..16, no window, no sinks; "
+      "prefill/extend rows: KV act or any fp8, head_dim 32..256 by 32, any GQA, window, sinks, causal, query "
+      "length <= seq_len, k_new/v_new";
   return make_attention_backend(std::move(i), std::move(k));
 }
 

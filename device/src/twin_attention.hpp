@@ -134,6 +134,25 @@ struct AttnKernel {
   // as e5m2.
   bool e5m2_read_as_e4m3 = false;
   DType fp8_view = DType::kF8E4M3FN;
+  // ---- ROCM_ATTN's prefill/extend path (rows of sequences with query length > 1 when some query length is
+  // above 1): vLLM's Triton context_attention_fwd (prefix_prefill.py _fwd_kernel). One program per (sequence,
+  // q head, block of `pp_block_m` query rows): the context from the paged cache in tiles of `pp_ctx_tile`
+  // keys with no causal mask (fp8: act(fp32(kv) * scale) before the dots), then the new tokens' K/V from the
+  // k_new / v_new inputs in tiles of `pp_block_n` keys up to the block's end, causally masked; masked logits
+  // -inf, exp with the -inf guards, P rounded to act before P.V, fp32 acc, `L * alpha + l_j` as an FMA, o =
+  // act(acc / (L + 1e-10)). Decode rows (query length 1) keep the ll4mi path above.
+  bool prefix_prefill = false;
+  std::int64_t pp_block_m = 128, pp_block_n = 64, pp_ctx_tile = 32;
+  std::vector<std::int64_t> pp_head_dims;  // the backend's head sizes (prefill rows; decode rows: head_dims)
+  std::vector<DType> pp_kv_dtypes;         // fp8 caches the prefill kernel reads (decode rows: kv_dtypes)
+  // ROCM_ATTN passes its (window - 1, 0) tuple's first element as SLIDING_WINDOW, which the kernel compares
+  // as `pos - key < SLIDING_WINDOW`: one key fewer than the window sees, and no window at all for window 1.
+  // Repaired, the kernel sees the window's w keys.
+  bool window_one_short = false;
+  // tl.max / tl.maximum drop NaN (maxnum), so a row whose visible logits are all NaN keeps m = -inf and the
+  // kernel's -inf guards set every p and alpha to 0: the row writes o = 0 where the math gives NaN. Repaired,
+  // the running max propagates NaN.
+  bool nan_row_zeroed = false;
   // What the kernel accepts (supports()).
   std::vector<std::int64_t> block_sizes;  // empty: any multiple of 16
   std::vector<std::int64_t> head_dims;    // empty: any in [min_head_dim, max_head_dim]

@@ -513,6 +513,22 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
   o.inf_log_weight.assign(n_o, -std::numeric_limits<double>::infinity());
   const std::size_t n_l = n_o / std::max<std::size_t>(dim, 1);
   for (auto* v : {&lse.base, &lse.p_rounding, &lse.kv_dequant_rounding, &lse.baseline}) v->assign(n_l, 0);
+  // Which rows belong to prefill/extend sequences (query length > 1): Numerics::kv_dequant_rounded_prefill.
+  o.prefill_row.assign(n_o, 0);
+  lse.prefill_row.assign(n_l, 0);
+  {
+    const std::vector<double> qsl = c.tensor("query_start_loc").to_f64();
+    for (std::size_t s = 0; s + 1 < qsl.size(); ++s) {
+      if (qsl[s + 1] - qsl[s] <= 1) continue;
+      for (auto t = static_cast<std::size_t>(qsl[s]); t < static_cast<std::size_t>(qsl[s + 1]); ++t)
+        for (std::size_t h = 0; h < static_cast<std::size_t>(a.p.num_q_heads); ++h) {
+          const std::size_t row = t * static_cast<std::size_t>(a.p.num_q_heads) + h;
+          if (row >= n_l) continue;
+          lse.prefill_row[row] = 1;
+          std::fill_n(o.prefill_row.begin() + static_cast<std::ptrdiff_t>(row * dim), dim, std::uint8_t{1});
+        }
+    }
+  }
   const auto ref_o = ref.at("o").to_f64(), ref_l = ref.at("lse").to_f64();
   const auto nv_o = naive.at("o").to_f64(), nv_l = naive.at("lse").to_f64();
   RowLogits rl;

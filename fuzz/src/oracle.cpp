@@ -589,12 +589,17 @@ bool is_failure(Verdict v) {
   return v != Verdict::kPass && v != Verdict::kUnsupported;
 }
 
+bool kv_dequant_applies(const ErrorModel& m, const Numerics& n, std::size_t i) {
+  return n.kv_dequant_rounded ||
+         (n.kv_dequant_rounded_prefill && i < m.prefill_row.size() && m.prefill_row[i] != 0);
+}
+
 double tolerance(const ErrorModel& m, const Numerics& n, std::size_t i, double ref) {
   if (m.exact) return 0.0;
   const auto term = [i](const std::vector<double>& v) { return v.empty() ? 0.0 : v[i]; };
   double d = term(m.base) + std::max(n.output_roundings - 1, 0) * term(m.intermediate);
   if (n.p_rounded) d += term(m.p_rounding);
-  if (n.kv_dequant_rounded) d += term(m.kv_dequant_rounding);
+  if (kv_dequant_applies(m, n, i)) d += term(m.kv_dequant_rounding);
   if (n.partials_rounded) d += term(m.partials_rounding);
   return std::max(d + 0.5 * ulp(m.dtype, std::fabs(ref) + d), 2 * term(m.baseline));
 }

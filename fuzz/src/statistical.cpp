@@ -83,7 +83,7 @@ Element attention_element(const ErrorModel& m, const Numerics& n, std::size_t i,
   const auto term = [i](const std::vector<double>& v) { return v.empty() ? 0.0 : v[i]; };
   double s = term(m.base), v = 0;
   if (n.p_rounded) s += term(m.typical_p), v += term(m.variance_p);
-  if (n.kv_dequant_rounded) s += term(m.typical_kv), v += term(m.variance_kv);
+  if (kv_dequant_applies(m, n, i)) s += term(m.typical_kv), v += term(m.variance_kv);
   if (n.partials_rounded) s += term(m.partials_rounding);
   const auto [lo, hi] = rounding_interval(m.dtype, out);
   const double d = std::max({0.0, lo - ref, ref - hi});

@@ -77,6 +77,9 @@ struct Numerics {
   bool partials_rounded = false;
   // fp8 KV: dequantised K/V rounded to the activation dtype before the dot products (Triton unified).
   bool kv_dequant_rounded = false;
+  // The same rounding in the rows of sequences with query length > 1 only (prefill/extend): ROCM_ATTN's
+  // Triton prefix prefill dequantises the fp8 context to act, its decode kernel reads fp8 exactly.
+  bool kv_dequant_rounded_prefill = false;
   // attention: where the kernel reads the new tokens' K/V (case.hpp NewKv): the reference, the naive baseline
   // and the error model it is judged with read the same source.
   NewKv new_kv = NewKv::kCache;

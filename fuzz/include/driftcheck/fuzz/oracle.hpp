@@ -69,7 +69,8 @@ struct Evaluation {
 // over the output's logical shape; an empty vector is a zero term. The tolerance of element i for a backend
 // with Numerics n is
 //   d = base + (n.output_roundings - 1) * intermediate + [n.p_rounded] p_rounding
-//       + [n.kv_dequant_rounded] kv_dequant_rounding + [n.partials_rounded] partials_rounding
+//       + [n.kv_dequant_rounded, or n.kv_dequant_rounded_prefill in a prefill row] kv_dequant_rounding
+//       + [n.partials_rounded] partials_rounding
 //   tol = max(d + 0.5 * ulp(dtype, |ref| + d), 2 * baseline)
 struct ErrorModel {
   DType dtype = DType::kF32;         // the output's storage format
@@ -78,6 +79,8 @@ struct ErrorModel {
   std::vector<double> intermediate;  // one extra rounding to the output format on the way (rmsnorm family)
   std::vector<double> p_rounding;    // attention: P rounded to the activation dtype before P.V
   std::vector<double> kv_dequant_rounding;  // attention: dequantised fp8 K/V rounded to the activation dtype
+  // attention: 1 where the element's row belongs to a sequence with query length > 1 (prefill/extend), else 0
+  std::vector<std::uint8_t> prefill_row;
   std::vector<double>
       partials_rounding;         // attention: split-KV partial outputs stored in the activation dtype
   std::vector<double> baseline;  // attention: the naive baseline's error scale (FlashAttention's rule)
@@ -109,6 +112,9 @@ ErrorModels error_model(const Case& c, const Outputs& reference, const Outputs& 
                         NewKv source = NewKv::kCache);
 // Tolerance of element `i` (row-major) of an output whose reference value is `ref`, for a backend's numerics.
 double tolerance(const ErrorModel& m, const Numerics& n, std::size_t i, double ref);
+// Whether element i is judged with the KV-dequantisation term: every element under n.kv_dequant_rounded, the
+// elements of prefill/extend rows under n.kv_dequant_rounded_prefill.
+bool kv_dequant_applies(const ErrorModel& m, const Numerics& n, std::size_t i);
 
 // Everything computed once per case and shared by all backends: the fp64 reference, the naive same-precision
 // baseline and the error model.
