@@ -7,10 +7,11 @@ committed. It holds a vLLM tree (or only these files of it) at the commit the tw
   vllm/v1/attention/ops/triton_unified_attention.py
   vllm/v1/attention/ops/triton_quant_kv/_helpers.py
   the file under vllm/ that defines fused_dual_rmsnorm_cat
+  vllm/v1/attention/ops/prefix_prefill.py (--op prefix_prefill: ROCM_ATTN's prefill/extend kernel)
 Only those files run. The other vllm modules they import are replaced by the small stand-ins below (envs,
 logger, platforms, triton_utils, kv_cache_interface), so torch and triton are all the machine needs.
 
-    python3 vllm_upstream.py --op attention          # or --op dual_rmsnorm_cat
+    python3 vllm_upstream.py --op attention          # or --op prefix_prefill, --op dual_rmsnorm_cat
 """
 
 import argparse
@@ -28,12 +29,14 @@ from driftcheck import paged
 HERE = pathlib.Path(__file__).resolve().parent
 UPSTREAM = pathlib.Path(os.environ.get("DRIFTCHECK_UPSTREAM", HERE.parent.parent / "upstream" / "vllm"))
 UNIFIED = "vllm.v1.attention.ops.triton_unified_attention"
+# ROCM_ATTN's prefill/extend kernel (Triton, runs on NVIDIA too): vllm/v1/attention/ops/prefix_prefill.py.
+PREFIX_PREFILL = "vllm.v1.attention.ops.prefix_prefill"
 # TRITON_ATTN's builder: MIN_LAUNCH_GRID_SIZE_2D and the segment count of the 3D path.
 MIN_LAUNCH_GRID_SIZE_2D = 128
 NUM_PAR_SOFTMAX_SEGMENTS = 16
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--op", choices=["attention", "dual_rmsnorm_cat"], required=True)
+parser.add_argument("--op", choices=["attention", "prefix_prefill", "dual_rmsnorm_cat"], required=True)
 parser.add_argument("--device", default="cuda")
 args = parser.parse_args()
 
@@ -90,6 +93,13 @@ class Platform:
     def is_rocm(self):
         return self.torch.version.hip is not None
 
+    def get_device_capability(self):
+        return tuple(self.torch.cuda.get_device_capability())
+
+    def has_device_capability(self, capability):
+        major, minor = self.get_device_capability()
+        return major * 10 + minor >= capability
+
     def fp8_dtype(self):
         if self.is_rocm() and "gfx94" in self.torch.cuda.get_device_properties(0).gcnArchName:
             return self.torch.float8_e4m3fnuz
@@ -119,6 +129,8 @@ try:
     install_stand_ins(torch, triton)
     if args.op == "attention":
         kernel_fn = importlib.import_module(UNIFIED).unified_attention
+    elif args.op == "prefix_prefill":
+        kernel_fn = importlib.import_module(PREFIX_PREFILL).context_attention_fwd
     else:
         kernel_fn = dual_module().fused_dual_rmsnorm_cat
     torch.set_float32_matmul_precision("highest")  # the glue lse in IEEE fp32, never TF32
@@ -193,6 +205,56 @@ def attention_supports(case):
     return None
 
 
+def prefix_prefill(case):
+    """ROCM_ATTN's prefill/extend rows as chunked_prefill_paged_decode calls context_attention_fwd (vLLM
+    rocm_attn.py at f65b079, chunked_prefill_paged_decode.py at 69f87df): the new tokens' K/V from the layer's
+    inputs (k_new, v_new), the context from the cache in vLLM's 5D/4D paged layout (views of the case's caches),
+    sliding_window = window - 1 (RocmAttentionImpl's tuple, passed unchanged), skip_decode, no softcap (the
+    backend passes none), per-tensor scales as 1-element fp32 tensors. Batches with decode rows are declined:
+    those rows go to ROCM_ATTN's HIP decode kernel, which does not run here."""
+    p = case.params
+    seq_lens, qsl = case.host("seq_lens"), case.host("query_start_loc")
+    qlens = qsl[1:] - qsl[:-1]
+    if (qlens <= 1).any():
+        raise dc.Unsupported("rows of query length <= 1 go to ROCM_ATTN's decode kernel (HIP), not run here")
+    kv = case.dtype("k_cache")
+    fp8 = dc.dtypes.is_fp8(kv)
+    kc, vc = case.k_cache.contiguous(), case.v_cache.contiguous()
+    if fp8:  # context_attention_fwd views uint8 storage as the kv_cache_dtype's fp8 type
+        kc, vc = kc.view(torch.uint8), vc.view(torch.uint8)
+    blocks, bs, hkv, d = kc.shape
+    x = 16 // kc.element_size()
+    k_cache = kc.view(blocks, bs, hkv, d // x, x).permute(0, 2, 3, 1, 4)  # [blocks, Hkv, D / x, bs, x]
+    v_cache = vc.permute(0, 2, 3, 1)  # [blocks, Hkv, D, bs]
+    dev = case.q.device
+    scales = [torch.tensor([s], dtype=torch.float32, device=dev) for s in (p.k_scale, p.v_scale)]
+    kernel_fn(q=case.q, k=case.get("k_new"), v=case.get("v_new"), o=case.o,
+              kv_cache_dtype=("fp8_e5m2" if kv == "fp8_e5m2" else "fp8") if fp8 else "auto",
+              k_cache=k_cache, v_cache=v_cache, b_loc=case.block_table, b_start_loc=case.query_start_loc,
+              b_seq_len=case.seq_lens, max_seq_len=int(seq_lens.max()), max_input_len=int(qlens.max()),
+              k_scale=scales[0], v_scale=scales[1], alibi_slopes=None,
+              sliding_window=p.window - 1 if p.window else 0, sm_scale=p.scale, skip_decode=True,
+              fp8_out_scale=None, sinks=case.get("sinks"))
+    write_lse(case)
+
+
+def prefix_prefill_supports(case):
+    """What ROCM_ATTN's backend and context_attention_fwd reject (decode rows are declined when run)."""
+    p = case.params
+    kv = case.dtype("k_cache")
+    if not p.causal:
+        return "non-causal attention: ROCM_ATTN is a decoder backend; context_attention_fwd masks causally"
+    if p.head_dim not in (32, 64, 96, 128, 160, 192, 224, 256):
+        return f"head_dim {p.head_dim}: RocmAttentionBackend supports 32..256 by 32"
+    if p.block_size not in (16, 32):
+        return f"block_size {p.block_size}: RocmAttentionBackend supports kernel block sizes 16 and 32"
+    if kv == "fp8_e4m3fnuz" and torch.version.hip is None:
+        return "fp8 e4m3fnuz is ROCm MI300's format: on CUDA fp8 caches are e4m3fn or e5m2"
+    if not dc.dtypes.is_fp8(kv) and (p.k_scale != 1 or p.v_scale != 1):
+        return f"{kv} cache with k_scale {p.k_scale}, v_scale {p.v_scale}: the kernel scales fp8 caches only"
+    return None
+
+
 def dual_rmsnorm_cat(case):
     case.out.copy_(kernel_fn(case.e, case.h, case.w_e, case.w_h, case.params.eps))
 
@@ -208,6 +270,8 @@ def dual_supports(case):
 
 if args.op == "attention":
     dc.attention(attention, tensors="torch", device=args.device, supports=attention_supports)
+elif args.op == "prefix_prefill":
+    dc.attention(prefix_prefill, tensors="torch", device=args.device, supports=prefix_prefill_supports)
 else:
     dc.dual_rmsnorm_cat(dual_rmsnorm_cat, tensors="torch", device=args.device, supports=dual_supports)
 
