@@ -239,13 +239,6 @@ bool has_decode_sequence(const Case& c) {
   return false;
 }
 
-bool has_long_query(const Case& c) {
-  const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
-  for (std::size_t s = 0; s + 1 < qsl.size(); ++s)
-    if (qsl[s + 1] - qsl[s] > 1) return true;
-  return false;
-}
-
 Support AttentionTwin::supports_kv(const Case& c) const {
   const std::string& who = k_.name_for_reasons;
   const DType kv = c.tensor("k_cache").dtype();
