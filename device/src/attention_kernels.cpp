@@ -1113,6 +1113,14 @@ void AttentionTwin::prefix_prefill_sequence(const Batch& b, std::int64_t s) cons
     tile.v_nonfinite.assign(static_cast<std::size_t>(n), 0);
     tile.masked.assign(static_cast<std::size_t>(n), 1);
   };
+  // Slot i of the tile holds key/value row `row` of (k, v); a masked slot keeps its V (masked P times V).
+  const auto put = [&](std::size_t i, const float* k, const float* v, char v_bad, bool visible) {
+    tile.v[i] = v;
+    tile.v_nonfinite[i] = v_bad;
+    if (!visible) return;
+    tile.masked[i] = 0;
+    tile.scores[i] = dot(k);
+  };
   for (std::int64_t g = 0; g < b.hkv; ++g) {
     gather_one(b, *b.k, b.p->k_scale, s, g, ctx_k, std::max<std::int64_t>(ctx, 0));
     gather_one(b, *b.v, b.p->v_scale, s, g, ctx_v, std::max<std::int64_t>(ctx, 0));
@@ -1142,12 +1150,8 @@ void AttentionTwin::prefix_prefill_sequence(const Batch& b, std::int64_t s) cons
         for (std::int64_t t0 = 0; t0 < ctx; t0 += k_.pp_ctx_tile) {
           reset_tile(k_.pp_ctx_tile);
           for (std::int64_t t = t0; t < std::min(t0 + k_.pp_ctx_tile, ctx); ++t) {
-            const auto i = static_cast<std::size_t>(t - t0);
-            tile.v[i] = ctx_v.data() + t * d;
-            tile.v_nonfinite[i] = ctx_bad[static_cast<std::size_t>(t)];
-            if (sw > 0 && ctx + j - t >= sw) continue;
-            tile.masked[i] = 0;
-            tile.scores[i] = dot(ctx_k.data() + t * d);
+            put(static_cast<std::size_t>(t - t0), ctx_k.data() + t * d, ctx_v.data() + t * d,
+                ctx_bad[static_cast<std::size_t>(t)], !(sw > 0 && ctx + j - t >= sw));
           }
           prefill_step(b.act, d, tile, masked_pv, k_.nan_row_zeroed, st);
         }
@@ -1157,12 +1161,8 @@ void AttentionTwin::prefix_prefill_sequence(const Batch& b, std::int64_t s) cons
         for (std::int64_t n0 = 0; n0 < block_end; n0 += k_.pp_block_n) {
           reset_tile(k_.pp_block_n);
           for (std::int64_t n = n0; n < std::min(n0 + k_.pp_block_n, ql); ++n) {
-            const auto i = static_cast<std::size_t>(n - n0);
-            tile.v[i] = new_v.data() + n * d;
-            tile.v_nonfinite[i] = new_bad[static_cast<std::size_t>(n)];
-            if (n > hi || (sw > 0 && j - n >= sw)) continue;
-            tile.masked[i] = 0;
-            tile.scores[i] = dot(new_k.data() + n * d);
+            put(static_cast<std::size_t>(n - n0), new_k.data() + n * d, new_v.data() + n * d,
+                new_bad[static_cast<std::size_t>(n)], !(n > hi || (sw > 0 && j - n >= sw)));
           }
           prefill_step(b.act, d, tile, masked_pv, k_.nan_row_zeroed, st);
         }
