@@ -1,6 +1,8 @@
 // driftcheck compare: two backends on the same cases, bit for bit (compare.hpp).
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/compare.hpp"
 
@@ -38,6 +40,44 @@ TEST(Compare, ClassesSeparateAnExtraRoundingFromAStructuralBug) {
   const std::string md =
       compare_markdown({"cpu.dual.fused", "mutant.dual.halves_swapped", {}, 3, 20}, swapped);
   EXPECT_NE(md.find("over_4_ulps"), std::string::npos);
+}
+
+// A built-in backend that declines every other case at run time (BackendDeclined, as an external worker does
+// when it finds only then that it has no kernel for a case) and fails the rest with an error.
+class DeclinesAtRun final : public Backend {
+ public:
+  DeclinesAtRun() : b_(*registry().find("cpu.dual.fused")) {}
+  std::string_view name() const override { return "test.declines_at_run"; }
+  std::string_view description() const override { return "test"; }
+  BackendKind kind() const override { return BackendKind::kExternal; }
+  OpKind op() const override { return b_.op(); }
+  Support supports(const Case& c) const override { return b_.supports(c); }
+  void run(Case& /*c*/) const override {
+    if (calls_++ % 2 == 0) throw BackendDeclined("no kernel for this one");
+    throw BackendError("the kernel failed");
+  }
+  Numerics numerics() const override { return b_.numerics(); }
+
+ private:
+  const Backend& b_;
+  mutable std::atomic<int> calls_{0};
+};
+
+TEST(Compare, ADeclineAtRunTimeIsUnsupportedAndAFailureAnError) {
+  Registry reg;
+  reg.add(std::make_unique<DeclinesAtRun>());
+  CompareOptions o;
+  o.a = "test.declines_at_run", o.b = "test.declines_at_run", o.cases = 12, o.seed = 3, o.backends = &reg;
+  const auto r = compare_backends(o);
+  std::int64_t declined = 0, errors = 0;
+  for (const auto& c : r.cases) {
+    if (c.agreement == Agreement::kUnsupported && c.worst.find("no kernel for this one") != std::string::npos)
+      ++declined;
+    if (c.agreement == Agreement::kError && c.worst.find("the kernel failed") != std::string::npos) ++errors;
+  }
+  EXPECT_GT(declined, 0);
+  EXPECT_GT(errors, 0);
+  EXPECT_EQ(count(r, Agreement::kIdentical), 0);
 }
 
 TEST(Compare, UnknownBackendsAndMismatchedOpsAreUsageErrors) {

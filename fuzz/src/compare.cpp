@@ -37,6 +37,9 @@ std::optional<Case> run_one(const Backend& b, const Case& c, Agreement* why, std
   Case out = c.clone();
   try {
     b.run(out);
+  } catch (const BackendDeclined& e) {  // it found only at run time that it does not take the case
+    *why = Agreement::kUnsupported, *detail = fmt::format("{}: {}", b.name(), e.what());
+    return std::nullopt;
   } catch (const std::exception& e) {
     *why = Agreement::kError, *detail = fmt::format("{}: {}", b.name(), e.what());
     return std::nullopt;
