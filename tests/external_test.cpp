@@ -257,6 +257,38 @@ residual = false
   EXPECT_TRUE(d.supports.check(fp16, "ext.x").ok);
 }
 
+TEST(BackendsFile, AttentionNumericsFieldsAreRead) {
+  // Every Numerics flag of an attention backend has its key; kv_dequant_rounded_prefill is ROCM_ATTN's (its
+  // Triton prefill kernel rounds the dequantised fp8 context, its decode kernel does not).
+  const auto attention = [](const std::string& numerics) {
+    return header() + fmt::format("[[backend]]\nname = \"x\"\nop = \"attention\"\ncommand = [\"{}\"]\n{}",
+                                  FAULT_WORKER_BIN, numerics);
+  };
+  const auto declared = load_backends_text(attention(R"([backend.numerics]
+p_rounded = true
+partials_rounded = true
+kv_dequant_rounded_prefill = true
+new_kv = "inputs"
+block_permutation_invariant = false
+)"),
+                                           scratch() / "f.toml", registry());
+  ASSERT_EQ(declared.size(), 1u);
+  const Numerics& n = declared[0].numerics;
+  EXPECT_TRUE(n.p_rounded && n.partials_rounded && n.kv_dequant_rounded_prefill);
+  EXPECT_FALSE(n.kv_dequant_rounded);
+  EXPECT_EQ(n.new_kv, NewKv::kInputs);
+  EXPECT_FALSE(n.block_permutation_invariant);
+  EXPECT_EQ(declared[0].numerics_source, "declared");
+  // like: copies the twin's, this flag included; a declared field overrides it.
+  const auto like = load_backends_text(attention("numerics = \"like:cpu.attn.rocm_custom\"\n"),
+                                       scratch() / "g.toml", registry());
+  EXPECT_TRUE(like.at(0).numerics.kv_dequant_rounded_prefill);
+  const auto off = load_backends_text(
+      attention("[backend.numerics]\nlike = \"cpu.attn.rocm_custom\"\nkv_dequant_rounded_prefill = false\n"),
+      scratch() / "h.toml", registry());
+  EXPECT_FALSE(off.at(0).numerics.kv_dequant_rounded_prefill);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 
 struct FaultCase {

@@ -115,6 +115,16 @@ TEST(Plugin, PluginsThatCannotBeLoadedAreOneLineErrors) {
   wider.output_roundings = 3;
   expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "numerics in the backends file disagree",
                     options("", "", wider));
+  // Fields the C ABI does not carry (a plugin has their defaults): a file that declares them disagrees,
+  // rather than being ignored while the oracle judges the plugin by the plugin's numerics.
+  const Numerics declared = load_plugin(DRIFTCHECK_EXAMPLE_PLUGIN, options(""))->numerics();
+  Numerics prefill = declared, inputs = declared;
+  prefill.kv_dequant_rounded_prefill = true;
+  inputs.new_kv = NewKv::kInputs;
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "numerics in the backends file disagree",
+                    options("", "", prefill));
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "numerics in the backends file disagree",
+                    options("", "", inputs));
 }
 
 fuzz::Verdict verdict_of(const std::string& variant, Case c, std::string* detail = nullptr) {

@@ -115,8 +115,9 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
   }
   const toml::table& t = r.table(n, "numerics");
   r.only(t,
-         {"like", "output_roundings", "p_rounded", "partials_rounded", "kv_dequant_rounded", "new_kv",
-          "deterministic", "batch_invariant", "block_permutation_invariant"},
+         {"like", "output_roundings", "p_rounded", "partials_rounded", "kv_dequant_rounded",
+          "kv_dequant_rounded_prefill", "new_kv", "deterministic", "batch_invariant",
+          "block_permutation_invariant"},
          "numerics");
   d.numerics_source = "declared";
   if (const auto* like = t.get("like")) {
@@ -133,6 +134,7 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
       {"p_rounded", &x.p_rounded},
       {"partials_rounded", &x.partials_rounded},
       {"kv_dequant_rounded", &x.kv_dequant_rounded},
+      {"kv_dequant_rounded_prefill", &x.kv_dequant_rounded_prefill},
       {"deterministic", &x.deterministic},
       {"batch_invariant", &x.batch_invariant},
       {"block_permutation_invariant", &x.block_permutation_invariant}};

@@ -73,7 +73,9 @@ bool same_numerics(const Numerics& a, const Numerics& b) {
   return a.output_roundings == b.output_roundings && a.p_rounded == b.p_rounded &&
          a.partials_rounded == b.partials_rounded && a.kv_dequant_rounded == b.kv_dequant_rounded &&
          a.deterministic == b.deterministic && a.batch_invariant == b.batch_invariant &&
-         a.block_permutation_invariant == b.block_permutation_invariant;
+         a.block_permutation_invariant == b.block_permutation_invariant &&
+         // Not in the C ABI (a plugin always has the defaults): a file declaring them for a plugin disagrees.
+         a.kv_dequant_rounded_prefill == b.kv_dequant_rounded_prefill && a.new_kv == b.new_kv;
 }
 
 // The dlopen handle; closed after the instance is destroyed.
