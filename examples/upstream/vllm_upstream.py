@@ -175,17 +175,22 @@ def attention(case):
     write_lse(case)
 
 
-def write_lse(case):
-    """The kernel writes no lse: the runner's own fp32 logsumexp (glue; compare `o` only, --outputs o)."""
+def write_lse(case, new_kv_from_inputs=False, softcap=None):
+    """The kernel writes no lse: the runner's own fp32 logsumexp (glue; compare `o` only, --outputs o). It reads
+    the keys the kernel reads: the cache, or for a kernel that takes the new tokens' keys from the layer's inputs
+    (new_kv = "inputs", context_attention_fwd) the context from the cache and the new tokens from k_new; softcap:
+    the one the kernel applies (None: the case's)."""
     p = case.params
     group = p.num_q_heads // p.num_kv_heads
     for seq in paged.sequences(case):
         k = paged.gather(case.k_cache, seq, p.block_size)
         if dc.dtypes.is_fp8(case.dtype("k_cache")):
             k = (dc.dtypes.to_float(k, case.dtype("k_cache")) * p.k_scale).to(case.q.dtype)
+        if new_kv_from_inputs:
+            k = torch.cat([k[: seq.seq_len - seq.q_len], case.k_new[seq.q_start : seq.q_end].to(k.dtype)])
         case.lse[seq.q_start : seq.q_end].copy_(paged.lse_fp32(
             case.q[seq.q_start : seq.q_end], k.repeat_interleave(group, dim=1), p.scale,
-            paged.visible(seq, p.causal, p.window), p.softcap, case.get("sinks")))
+            paged.visible(seq, p.causal, p.window), p.softcap if softcap is None else softcap, case.get("sinks")))
 
 
 def attention_supports(case):
@@ -217,6 +222,8 @@ def prefix_prefill(case):
     qlens = qsl[1:] - qsl[:-1]
     if (qlens <= 1).any():
         raise dc.Unsupported("rows of query length <= 1 go to ROCM_ATTN's decode kernel (HIP), not run here")
+    if (qlens > seq_lens).any():  # the twin declines these too (cpu.attn.rocm_custom's supports)
+        raise dc.Unsupported("query length > seq_len: vLLM schedules no more new tokens than the sequence holds")
     kv = case.dtype("k_cache")
     fp8 = dc.dtypes.is_fp8(kv)
     kc, vc = case.k_cache.contiguous(), case.v_cache.contiguous()
@@ -235,7 +242,7 @@ def prefix_prefill(case):
               k_scale=scales[0], v_scale=scales[1], alibi_slopes=None,
               sliding_window=p.window - 1 if p.window else 0, sm_scale=p.scale, skip_decode=True,
               fp8_out_scale=None, sinks=case.get("sinks"))
-    write_lse(case)
+    write_lse(case, new_kv_from_inputs=True, softcap=0.0)  # the kernel reads k_new and applies no softcap
 
 
 def prefix_prefill_supports(case):
