@@ -55,7 +55,7 @@ TEST(Accept, CorrectBackendsKeepTokensStructuralMutantsCollapse) {
   for (const char* correct : {"cpu.attn.triton_unified", "cpu.rmsnorm.fused_add"}) {
     EXPECT_GE(row(r, correct).top1_agreement, 0.95) << correct;
     EXPECT_FALSE(row(r, correct).beyond_budget) << correct;
-    EXPECT_TRUE(row(r, correct).error.empty()) << correct;
+    EXPECT_TRUE(row(r, correct).error.empty()) << correct << ": " << row(r, correct).error;
   }
   for (const char* mutant : {"mutant.dual.halves_swapped", "mutant.attn.gqa_modulo",
                              "mutant.rmsnorm.stride_ignored", "mutant.attn.masked_p_times_v"}) {
@@ -69,6 +69,20 @@ TEST(Accept, CorrectBackendsKeepTokensStructuralMutantsCollapse) {
   // The fused residual norm substitutes only where the chain adds a residual.
   EXPECT_EQ(row(r, "cpu.rmsnorm.fused_add").substituted,
             (std::vector<std::string>{"post_attention_norm", "final_norm"}));
+}
+
+TEST(Accept, TwinsReadingNewKeysFromInputsGetTheLayersOwn) {
+  // aiter_fa's extend path and ROCM_ATTN's prefill kernel read the new tokens' K/V from k_new / v_new
+  // (new_kv = "inputs"), not from the cache: the drafter must hand them the layer's own keys and values. Head
+  // size 64: paged_attention_v1's smallest.
+  auto o = small("cpu.attn.aiter_fa,cpu.attn.rocm_custom");
+  o.model.hidden = 128, o.model.num_q_heads = 2, o.model.num_kv_heads = 1, o.model.head_dim = 64;
+  const auto r = run_accept(o);
+  for (const char* correct : {"cpu.attn.aiter_fa", "cpu.attn.rocm_custom"}) {
+    EXPECT_TRUE(row(r, correct).error.empty()) << correct << ": " << row(r, correct).error;
+    EXPECT_GE(row(r, correct).top1_agreement, 0.95) << correct;
+    EXPECT_FALSE(row(r, correct).beyond_budget) << correct;
+  }
 }
 
 TEST(Accept, ReportRoundTripsThroughJson) {

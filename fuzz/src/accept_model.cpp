@@ -323,6 +323,14 @@ Case Drafter::attention_case(const Act& qkv, std::int64_t query_len) const {
       }
     }
   }
+  // The new tokens' keys and values as the layer produced them, before the cache write: what a kernel that
+  // reads them from its inputs (new_kv = "inputs": aiter's extend path, ROCM_ATTN's prefill kernel) sees.
+  // materialize() derived k_new / v_new from the generated cache it wrote first; q's rows are the positions
+  // in order, and so are theirs.
+  if (c.has("k_new")) {
+    c.tensor("k_new").copy_from(to_doubles(qkv.middleCols(hq * d, hkv * d)));
+    c.tensor("v_new").copy_from(to_doubles(qkv.middleCols((hq + hkv) * d, hkv * d)));
+  }
   return c;
 }
 
