@@ -191,7 +191,15 @@ TEST(Numbers, SayWhatAstronomicalRatiosAre) {
   EXPECT_EQ(worst_text(std::numeric_limits<double>::infinity(), nan, 0.213, 0.001).rfind("NaN/Inf output", 0),
             0u);
   EXPECT_EQ(worst_text(2.97e37, 3.39e38, 0.213, 0.001).rfind("garbage: 3.39e+38", 0), 0u);
-  EXPECT_EQ(worst_text(1.88e7, 4e-6, -2.1e-9, 2.1e-13).rfind("reference ~ 0", 0), 0u);
+  EXPECT_EQ(
+      worst_text(1.88e7, 4e-6, -2.1e-9, 2.1e-13),
+      "error larger than the reference: 4e-06 vs reference -2.1e-09 (|error| 4e-06, tolerance 2.1e-13)");
+  // Not only near zero: the H200 campaign's softcap-dropped case, 2501 where the reference is 50.7.
+  EXPECT_EQ(worst_text(3.98e4, 2501.19336, 50.6931472, 0.0615)
+                .rfind("error larger than the reference: 2501.19 vs "
+                       "reference 50.7",
+                       0),
+            0u);
   EXPECT_EQ(worst_text(2.3, 1.2421875, 1.22477427, 0.0075).rfind("2.3x tolerance", 0), 0u);
   // A NaN verdict whose metrics' worst element is finite says where the NaN is, from the oracle's detail.
   EXPECT_EQ(verdict_detail("nan_mismatch", std::numeric_limits<double>::infinity(), -0.29, -0.2967, 1e-5,
@@ -294,6 +302,24 @@ Report sample_with_drift() {
   r.backends[0].drift["bf16"] = drift_of({0.01, 0.3, 0.3, 0.9});
   r.backends[1].drift["bf16"] = drift_of({0.5, 40.0, 40.0, std::numeric_limits<double>::infinity(), 0.0});
   return r;
+}
+
+TEST(ReportMarkdown, AnUnshrunkGroupsWorstIsItsFirstFindingsDetail) {
+  // An unshrunk group has a ratio but no worst element: the report must not print "0 vs reference 0,
+  // tolerance 0" (seen on the H200 campaign of ext.vllm_upstream.prefix_prefill) but the oracle's detail.
+  Report r = sample();
+  FindingGroup& g = r.groups.front();
+  g.shrunk = g.confirmed = false, g.representative.clear(), g.worst_ratio = 204.2;
+  g.worst_value = g.worst_reference = g.worst_tolerance = 0;
+  g.detail = "o[8, 3, 44]: -107 vs reference 78.3864815, tolerance 0.908, 204x tolerance";
+  const std::string md = to_markdown(r);
+  EXPECT_NE(md.find("- worst: " + g.detail + "\n"), std::string::npos) << md;
+  EXPECT_EQ(md.find("vs reference 0,"), std::string::npos) << md;
+  const std::string html = to_html(one_run(r), nullptr, "no library here");
+  EXPECT_NE(html.find("<li>worst: " + g.detail + "</li>"), std::string::npos);
+  // A shrunk group keeps its worst element.
+  EXPECT_NE(to_markdown(sample()).find("- worst: 37.5x tolerance (0.5 vs reference 0.4, tolerance 0.00267)"),
+            std::string::npos);
 }
 
 TEST(ReportHtml, EmbedsEveryPlotWithTheModelsNumbers) {

@@ -307,9 +307,7 @@ void group_details(const Report& r, const std::string& dir, std::string& h) {
         "</summary>\n<ul>",
         g == worst_first(r).front() ? " open" : "", esc(g->backend), esc(g->verdict), esc(group_cause(*g)),
         g->cases, g->shape_classes.size());
-    h += fmt::format("<li>worst: {}</li>",
-                     esc(verdict_detail(g->verdict, g->worst_ratio, g->worst_value, g->worst_reference,
-                                        g->worst_tolerance, g->detail)));
+    h += fmt::format("<li>worst: {}</li>", esc(group_worst(*g)));
     h += fmt::format("<li>cause: {}{}</li>", esc(group_cause(*g)),
                      g->confirmed ? " (each feature confirmed necessary by ablation)" : "");
     if (!g->not_needed.empty()) {

@@ -28,8 +28,10 @@ std::string worst_text(double ratio, double value, double reference, double tole
   // Tolerances scale with the reference, so next to a reference much smaller than the error any error is a
   // huge number of tolerances: the absolute error is what to read.
   if (std::abs(reference) < error)
-    return fmt::format("reference ~ 0 ({:.3g}, tolerance {:.3g}): |error| {:.3g}", reference, tolerance,
-                       error);
+    return fmt::format(
+        "error larger than the reference: {:.6g} vs reference {:.3g} (|error| {:.3g}, tolerance "
+        "{:.3g})",
+        value, reference, error, tolerance);
   return fmt::format("> 10^4 tolerances: {:.6g} vs reference {:.6g} (|error| {:.3g})", value, reference,
                      error);
 }

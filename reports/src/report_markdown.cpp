@@ -93,8 +93,7 @@ void markdown_groups(const Report& r, std::string& md) {
       "index), each replayable alone.\n\n";
   for (const auto& g : r.groups) {
     md += fmt::format("### {} {} — {}\n\n", g.backend, g.verdict, group_cause(g));
-    md += fmt::format("- worst: {}\n", verdict_detail(g.verdict, g.worst_ratio, g.worst_value,
-                                                      g.worst_reference, g.worst_tolerance, cell(g.detail)));
+    md += fmt::format("- worst: {}\n", cell(group_worst(g)));
     md += fmt::format("- {} failing cases over {} signatures; shape classes: {}\n", g.cases, g.members.size(),
                       cell(joined(g.shape_classes, ", ")));
     if (!g.not_needed.empty())
@@ -199,6 +198,16 @@ std::string group_cause(const FindingGroup& g) {
   return joined(g.features, " + ") + (!g.shrunk      ? " (not shrunk)"
                                       : !g.confirmed ? " (ablation incomplete)"
                                                      : "");
+}
+
+std::string group_worst(const FindingGroup& g) {
+  // An unshrunk group keeps no worst element (value, reference and tolerance stay 0), only its first
+  // finding's oracle detail, which names them; verdicts that are not about error size show their detail
+  // anyway.
+  const bool about_error_size = verdict_summary(g.verdict, 1.0) == ratio_text(1.0);
+  if (!g.shrunk && about_error_size && !g.detail.empty()) return g.detail;
+  return verdict_detail(g.verdict, g.worst_ratio, g.worst_value, g.worst_reference, g.worst_tolerance,
+                        g.detail);
 }
 
 std::vector<std::string> divergence_names(const Report& r, const std::string& op) {

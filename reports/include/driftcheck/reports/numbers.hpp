@@ -17,9 +17,9 @@ inline constexpr double kAstronomicalRatio = 1e4;
 std::string ratio_text(double ratio);
 
 // The worst element of a finding, in words when the ratio is not a number to read: "NaN/Inf output where the
-// reference is 0.213", "garbage: 3.39e+38 where the reference is 0.213 (|error| 1e+34 tolerances)",
-// "reference ~ 0 (-2.1e-09, tolerance 3e-12): |error| 4e-06", else "37.5x tolerance (0.5 vs 0.4, tolerance
-// 0.0039)".
+// reference is 0.213", "garbage: 3.39e+38 where the reference is 0.213 (|error| 1e+34 tolerances)", "error
+// larger than the reference: 4e-06 vs reference -2.1e-09 (|error| 4e-06, tolerance 3e-12)", else "37.5x
+// tolerance (0.5 vs 0.4, tolerance 0.0039)".
 std::string worst_text(double ratio, double value, double reference, double tolerance);
 
 // How bad a finding is, in the words its verdict calls for: a ratio only where the verdict is about error
