@@ -215,6 +215,13 @@ TEST(BackendsFile, EveryProblemIsOneLineWithFileAndLine) {
                   "numerics = \"like:cpu.rmsnorm.cuda\"\n",
        "test.toml:6: command \"no-such-program-here\" not found"},
       {header() + "[[backend]]\nname = \"x\"\nop = \"softmax\"\n", "unknown op \"softmax\""},
+      {header() + backend_table("numerics = \"like:cpu.rmsnorm.cuda\"\ntwin = \"cpu.rmsnorm.nope\"\n"),
+       "twin \"cpu.rmsnorm.nope\": not a built-in CPU twin"},
+      {header() +
+           backend_table("numerics = \"like:cpu.rmsnorm.cuda\"\ntwin = \"mutant.rmsnorm.stride_ignored\"\n"),
+       "not a built-in CPU twin"},
+      {header() + backend_table("numerics = \"like:cpu.rmsnorm.cuda\"\ntwin = \"cpu.attn.rocm_custom\"\n"),
+       "twin \"cpu.attn.rocm_custom\" runs attention, ext.x runs rmsnorm"},
       {header() + "[[backend]]\nname = \"X Y\"\n", "name \"X Y\""},
       // toml++ quotes what it stopped at, a line break included (found by fuzz_backends_file).
       {header() + "[[backend]]\nname = \"x\"\ngqa = tru\n", "expected 'true', saw 'tru\\n'"},
@@ -279,10 +286,17 @@ block_permutation_invariant = false
   EXPECT_EQ(n.new_kv, NewKv::kInputs);
   EXPECT_FALSE(n.block_permutation_invariant);
   EXPECT_EQ(declared[0].numerics_source, "declared");
+  EXPECT_TRUE(declared[0].twin.empty());
   // like: copies the twin's, this flag included; a declared field overrides it.
   const auto like = load_backends_text(attention("numerics = \"like:cpu.attn.rocm_custom\"\n"),
                                        scratch() / "g.toml", registry());
   EXPECT_TRUE(like.at(0).numerics.kv_dequant_rounded_prefill);
+  // twin names the CPU twin known findings reach this kernel through (known_findings.hpp).
+  const auto twin = load_backends_text(
+      attention("numerics = \"like:cpu.attn.rocm_custom\"\ntwin = \"cpu.attn.rocm_custom\"\n"),
+      scratch() / "t.toml", registry());
+  EXPECT_EQ(twin.at(0).twin, "cpu.attn.rocm_custom");
+  EXPECT_EQ(make_external_backend(twin.at(0))->twin(), "cpu.attn.rocm_custom");
   const auto off = load_backends_text(
       attention("[backend.numerics]\nlike = \"cpu.attn.rocm_custom\"\nkv_dequant_rounded_prefill = false\n"),
       scratch() / "h.toml", registry());

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <sstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -215,6 +218,124 @@ TEST(UpstreamBehaviour, RmsNormOneCastWindowRoundsOnceWhereTheKernelRoundsTwice)
   registry().find("cpu.rmsnorm.cuda")->run(two);
   registry().find("cpu.rmsnorm.cuda_onecast")->run(one);
   EXPECT_NE(two.tensor("y").to_f64(), one.tensor("y").to_f64());
+}
+
+// A kernel from outside (an external worker or plugin) that names its twin: it runs `inner` (the twin itself,
+// or the twin with its defects repaired) and then `after` on the outputs, so it can stand for a real kernel
+// that reproduces the twin's defect, one that does not, and one that is wrong in another way.
+class OutsideKernel final : public Backend {
+ public:
+  OutsideKernel(const Backend& twin, std::unique_ptr<Backend> inner, std::function<void(Case&)> after = {})
+      : twin_(twin), inner_(std::move(inner)), after_(std::move(after)) {}
+  std::string_view name() const override { return "ext.outside"; }
+  std::string_view description() const override { return "test: a kernel from outside"; }
+  BackendKind kind() const override { return BackendKind::kExternal; }
+  OpKind op() const override { return twin_.op(); }
+  Support supports(const Case& c) const override { return twin_.supports(c); }
+  Numerics numerics() const override { return twin_.numerics(); }
+  std::string_view twin() const override { return twin_.name(); }
+  void run(Case& c) const override {
+    (inner_ ? *inner_ : twin_).run(c);
+    if (after_) after_(c);
+  }
+
+ private:
+  const Backend& twin_;
+  std::unique_ptr<Backend> inner_;
+  std::function<void(Case&)> after_;
+};
+
+const KnownFinding& builtin(std::string_view id) {
+  for (const KnownFinding& f : builtin_known_findings().findings)
+    if (f.id == id) return f;
+  throw std::runtime_error("no known finding " + std::string(id));
+}
+
+// The first element of a case's o that is finite (the twins' defects make some NaN).
+std::size_t first_finite(const Case& c) {
+  const std::vector<double> o = c.tensor("o").to_f64();
+  return static_cast<std::size_t>(
+      std::find_if(o.begin(), o.end(), [](double v) { return std::isfinite(v); }) - o.begin());
+}
+
+// Sets o's element i (in logical order) to what `f` makes of it.
+void change(Case& c, std::size_t i, const std::function<double(double)>& f) {
+  std::vector<double> o = c.tensor("o").to_f64();
+  o.at(i) = f(o.at(i));
+  c.tensor("o").copy_from(o);
+}
+
+PreparedCase replay_case(const KnownFinding& f) {
+  const Replay r = parse_replay(f.replay);
+  return prepare(materialize(draw_case(r.op, r.seed, r.index).value()));
+}
+
+// What a real kernel shows on a GPU reaches the known findings through its twin: the H200 campaign of vLLM's
+// prefix prefill (docs/UPSTREAM.md) failed where cpu.attn.rocm_custom fails, with the twin's values.
+TEST(KnownFindings, AKernelFromOutsideIsExplainedThroughItsTwinOnlyWhereItComputesWhatTheTwinComputes) {
+  const KnownFindings& known = builtin_known_findings();
+  const Backend& twin = *registry().find("cpu.attn.rocm_custom");
+  for (const char* id : {"rocm-attn-prefill-window-one-short", "rocm-attn-softcap-dropped"}) {
+    const KnownFinding& f = builtin(id);
+    const PreparedCase pc = replay_case(f);
+    // Reproducing the defect: the twin's findings, through either overload.
+    const OutsideKernel same(twin, nullptr);
+    EXPECT_EQ(applicable_findings(known, same), applicable_findings(known, twin)) << id;
+    const Evaluation e = evaluate(same, pc);
+    ASSERT_TRUE(is_failure(e.verdict)) << id;
+    const auto why = explain_failure(known, same, pc, e);
+    EXPECT_NE(std::find(why.begin(), why.end(), &f), why.end()) << id << ": " << e.detail;
+    EXPECT_EQ(explain_failure(known, same, pc), why) << id;
+    // Failing in another way (the defect repaired, and one element of o far off): unexplained.
+    const auto bump = [](Case& c) { change(c, first_finite(c), [](double v) { return v + 64.0; }); };
+    const OutsideKernel other(twin, twin.without_defects({f.defect}), bump);
+    const Evaluation eo = evaluate(other, pc);
+    ASSERT_TRUE(is_failure(eo.verdict)) << id;
+    EXPECT_TRUE(explain_failure(known, other, pc, eo).empty()) << id << ": " << eo.detail;
+    // The defect plus a difference the agreement does not allow: unexplained too.
+    const OutsideKernel defect_and_more(twin, nullptr, bump);
+    const Evaluation ed = evaluate(defect_and_more, pc);
+    EXPECT_TRUE(explain_failure(known, defect_and_more, pc, ed).empty()) << id;
+    // A NaN where the twin has a number: unexplained.
+    const OutsideKernel nan(twin, nullptr,
+                            [](Case& c) { change(c, first_finite(c), [](double) { return std::nan(""); }); });
+    EXPECT_TRUE(explain_failure(known, nan, pc, evaluate(nan, pc)).empty()) << id;
+  }
+}
+
+TEST(KnownFindings, TwinAgreementAllowsBothTolerancesAndOneUlpOfTheOutputFormat) {
+  const KnownFinding& f = builtin("rocm-attn-prefill-window-one-short");
+  const PreparedCase pc = replay_case(f);
+  const Backend& twin = *registry().find("cpu.attn.rocm_custom");
+  const Evaluation t = evaluate(twin, pc);
+  const Numerics n = twin.numerics();
+  EXPECT_TRUE(agrees_with_twin(pc, t.outputs, n, t.outputs, n));
+  const Tolerances tol = tolerances(pc, n);
+  const DType act = pc.input.tensor("o").dtype();
+  std::vector<double> twin_o = t.outputs.at("o").to_f64();
+  const auto i = static_cast<std::size_t>(
+      std::find_if(twin_o.begin(), twin_o.end(), [](double v) { return std::isfinite(v); }) - twin_o.begin());
+  ASSERT_LT(i, twin_o.size());
+  ASSERT_TRUE(std::isfinite(tol.at("o")[i]));
+  const auto shifted = [&](double by_units) {
+    Outputs o = t.outputs;
+    Tensor& out = o.at("o");
+    out = out.clone_contiguous();  // the copy shares storage with the twin's outputs
+    const double v = twin_o[i];
+    // The slack at element 0: both tolerances plus one ulp at the larger magnitude, which is at least the ulp
+    // at |v| and at most twice it.
+    const double slack = 2 * tol.at("o")[i] + ulp(act, std::fabs(v));
+    std::vector<double> all = twin_o;
+    all[i] = v + by_units * slack;
+    out.copy_from(all);
+    return o;
+  };
+  EXPECT_TRUE(agrees_with_twin(pc, shifted(0.5), n, t.outputs, n));
+  EXPECT_FALSE(agrees_with_twin(pc, shifted(4.0), n, t.outputs, n));
+  Outputs missing = t.outputs;
+  missing.erase("o");
+  missing.emplace("extra", t.outputs.at("o"));
+  EXPECT_FALSE(agrees_with_twin(pc, missing, n, t.outputs, n)) << "an output the twin did not write";
 }
 
 }  // namespace

@@ -175,11 +175,11 @@ def attention(case):
     write_lse(case)
 
 
-def write_lse(case, new_kv_from_inputs=False, softcap=None):
+def write_lse(case, new_kv_from_inputs=False, softcap=None, window=None):
     """The kernel writes no lse: the runner's own fp32 logsumexp (glue; compare `o` only, --outputs o). It reads
     the keys the kernel reads: the cache, or for a kernel that takes the new tokens' keys from the layer's inputs
-    (new_kv = "inputs", context_attention_fwd) the context from the cache and the new tokens from k_new; softcap:
-    the one the kernel applies (None: the case's)."""
+    (new_kv = "inputs", context_attention_fwd) the context from the cache and the new tokens from k_new; softcap
+    and window: the ones the kernel applies (None: the case's; a window of 0 is none)."""
     p = case.params
     group = p.num_q_heads // p.num_kv_heads
     for seq in paged.sequences(case):
@@ -190,7 +190,8 @@ def write_lse(case, new_kv_from_inputs=False, softcap=None):
             k = torch.cat([k[: seq.seq_len - seq.q_len], case.k_new[seq.q_start : seq.q_end].to(k.dtype)])
         case.lse[seq.q_start : seq.q_end].copy_(paged.lse_fp32(
             case.q[seq.q_start : seq.q_end], k.repeat_interleave(group, dim=1), p.scale,
-            paged.visible(seq, p.causal, p.window), p.softcap if softcap is None else softcap, case.get("sinks")))
+            paged.visible(seq, p.causal, p.window if window is None else window),
+            p.softcap if softcap is None else softcap, case.get("sinks")))
 
 
 def attention_supports(case):
@@ -242,7 +243,8 @@ def prefix_prefill(case):
               k_scale=scales[0], v_scale=scales[1], alibi_slopes=None,
               sliding_window=p.window - 1 if p.window else 0, sm_scale=p.scale, skip_decode=True,
               fp8_out_scale=None, sinks=case.get("sinks"))
-    write_lse(case, new_kv_from_inputs=True, softcap=0.0)  # the kernel reads k_new and applies no softcap
+    # The kernel reads k_new, applies no softcap and keeps keys with pos - key < window - 1 (0: no window).
+    write_lse(case, new_kv_from_inputs=True, softcap=0.0, window=p.window - 1 if p.window else 0)
 
 
 def prefix_prefill_supports(case):

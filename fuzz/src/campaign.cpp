@@ -318,7 +318,7 @@ void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& sp
   live_checks_.fetch_add(1);
   if (!e.outputs.empty()) outputs.emplace_back(&b, e.outputs);
   if (e.verdict != Verdict::kPass) {
-    if (const auto known = explain_failure(known_findings(), b, p); !known.empty()) {
+    if (const auto known = explain_failure(known_findings(), b, p, e); !known.empty()) {
       ++s.run;
       for (const KnownFinding* f : known) ++s.known[f->id];  // an upstream defect the twin reproduces
       return;
@@ -579,7 +579,7 @@ CheckResult check_case(const Backend& backend, Case pristine) {
   r.evaluation = evaluate(backend, prepared);
   if (r.evaluation.verdict == Verdict::kUnsupported) r.support = Support::no(r.evaluation.detail);
   if (is_failure(r.evaluation.verdict))
-    for (const KnownFinding* f : explain_failure(builtin_known_findings(), backend, prepared))
+    for (const KnownFinding* f : explain_failure(builtin_known_findings(), backend, prepared, r.evaluation))
       r.known_findings.push_back(f->id);
   return r;
 }

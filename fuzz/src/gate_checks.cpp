@@ -127,7 +127,7 @@ void run_entry(const CorpusEntry& e, const std::vector<GateBackend>& backends, s
     const Evaluation ev = supported ? evaluate(b, *prepared) : Evaluation{};
     const bool ran = supported && ev.verdict != Verdict::kUnsupported;
     const Explained known = ran && !within_budget(ev, backends[i].budget)
-                                ? explain_failure(builtin_known_findings(), b, *prepared)
+                                ? explain_failure(builtin_known_findings(), b, *prepared, ev)
                                 : Explained{};
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard lock(mu);
@@ -210,7 +210,7 @@ GateCheck backend_golden_check(const GateBackend& gb, const std::vector<GoldenCa
       worst = std::max(worst, ev.worst_ratio);
       continue;
     }
-    if (const Explained known = explain_failure(builtin_known_findings(), b, p); !known.empty()) {
+    if (const Explained known = explain_failure(builtin_known_findings(), b, p, ev); !known.empty()) {
       add_known(t, known);
       continue;
     }

@@ -1,6 +1,7 @@
 #include "driftcheck/fuzz/known_findings.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -85,7 +86,35 @@ const KnownFindings& builtin_known_findings() {
   return k;
 }
 
+const Backend* twin_of(const Backend& backend) {
+  if (backend.twin().empty() || !backend.modelled_defects().empty()) return nullptr;
+  return registry().find(backend.twin());
+}
+
+bool agrees_with_twin(const PreparedCase& prepared, const Outputs& kernel, const Numerics& kernel_numerics,
+                      const Outputs& twin, const Numerics& twin_numerics) {
+  const Tolerances tol_k = tolerances(prepared, kernel_numerics), tol_t = tolerances(prepared, twin_numerics);
+  for (const auto& [name, tk] : kernel) {
+    const auto it = twin.find(name);
+    const auto ik = tol_k.find(name), itt = tol_t.find(name);
+    if (it == twin.end() || ik == tol_k.end() || itt == tol_t.end() || !prepared.input.has(name))
+      return false;
+    const DType format = prepared.input.tensor(name).dtype();
+    const auto a = tk.to_f64(), b = it->second.to_f64();
+    if (a.size() != b.size() || a.size() != ik->second.size() || a.size() != itt->second.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) continue;
+      if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return false;
+      const double slack =
+          ik->second[i] + itt->second[i] + ulp(format, std::max(std::fabs(a[i]), std::fabs(b[i])));
+      if (std::fabs(a[i] - b[i]) > slack) return false;
+    }
+  }
+  return !kernel.empty();
+}
+
 std::vector<const KnownFinding*> applicable_findings(const KnownFindings& known, const Backend& backend) {
+  if (const Backend* twin = twin_of(backend)) return applicable_findings(known, *twin);
   const std::vector<std::string> defects = backend.modelled_defects();
   std::vector<const KnownFinding*> out;
   for (const KnownFinding& f : known.findings) {
@@ -102,8 +131,38 @@ std::unique_ptr<Backend> repaired_backend(const KnownFindings& known, const Back
   return defects.empty() ? nullptr : backend.without_defects(defects);
 }
 
+namespace {
+
+// A kernel from outside that names its twin: the twin must fail the same case, explained by known findings,
+// with outputs that agree with the kernel's.
+std::vector<const KnownFinding*> explain_through_twin(const KnownFindings& known, const Backend& backend,
+                                                      const Backend& twin, const PreparedCase& prepared,
+                                                      const Evaluation& failed, const EvalOptions& opts) {
+  if (applicable_findings(known, twin).empty()) return {};
+  const Evaluation t = evaluate(twin, prepared, opts);
+  if (!is_failure(t.verdict) ||
+      !agrees_with_twin(prepared, failed.outputs, backend.numerics(), t.outputs, twin.numerics()))
+    return {};
+  return explain_failure(known, twin, prepared, opts);
+}
+
+}  // namespace
+
+std::vector<const KnownFinding*> explain_failure(const KnownFindings& known, const Backend& backend,
+                                                 const PreparedCase& prepared, const Evaluation& failed,
+                                                 const EvalOptions& opts) {
+  if (const Backend* twin = twin_of(backend))
+    return explain_through_twin(known, backend, *twin, prepared, failed, opts);
+  return explain_failure(known, backend, prepared, opts);
+}
+
 std::vector<const KnownFinding*> explain_failure(const KnownFindings& known, const Backend& backend,
                                                  const PreparedCase& prepared, const EvalOptions& opts) {
+  if (const Backend* twin = twin_of(backend)) {
+    const Evaluation e = evaluate(backend, prepared, opts);
+    return is_failure(e.verdict) ? explain_through_twin(known, backend, *twin, prepared, e, opts)
+                                 : std::vector<const KnownFinding*>{};
+  }
   const std::vector<const KnownFinding*> candidates = applicable_findings(known, backend);
   if (candidates.empty()) return {};
   std::vector<std::string> all;

@@ -267,8 +267,8 @@ bool valid_name(std::string_view n) {
 
 BackendDecl read_backend(const Reader& r, const toml::table& t, const Registry& known) {
   r.only(t,
-         {"name", "op", "description", "provenance", "command", "plugin", "plugin_config", "env", "cwd",
-          "timeout_s", "startup_timeout_s", "workers", "channel", "numerics", "supports"},
+         {"name", "op", "description", "provenance", "twin", "command", "plugin", "plugin_config", "env",
+          "cwd", "timeout_s", "startup_timeout_s", "workers", "channel", "numerics", "supports"},
          "[[backend]]");
   BackendDecl d;
   d.file = r.file(), d.line = t.source().begin.line;
@@ -285,6 +285,17 @@ BackendDecl read_backend(const Reader& r, const toml::table& t, const Registry& 
     r.fail(*op, fmt::format("unknown op \"{}\" (ops: rmsnorm, concat, dual_rmsnorm_cat, attention)", o));
   if (const auto* v = t.get("description")) d.description = r.string(*v, "description");
   if (const auto* v = t.get("provenance")) d.provenance = r.string(*v, "provenance");
+  if (const auto* v = t.get("twin")) {
+    // Known findings reach this kernel through its twin's defect switches: it must be a built-in CPU twin of
+    // the same op.
+    d.twin = r.string(*v, "twin");
+    const Backend* tw = known.find(d.twin);
+    if (tw == nullptr || tw->kind() != BackendKind::kCpu)
+      r.fail(*v, fmt::format("twin \"{}\": not a built-in CPU twin (driftcheck list shows them)", d.twin));
+    if (tw->op() != d.op)
+      r.fail(*v, fmt::format("twin \"{}\" runs {}, {} runs {}", d.twin, op_name(tw->op()), d.name,
+                             op_name(d.op)));
+  }
   // A plugin declares its numerics itself; a backends file may repeat them (they must then agree).
   if (const auto* numerics = t.get("numerics"))
     read_numerics(r, *numerics, known, d);

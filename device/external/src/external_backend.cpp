@@ -127,6 +127,7 @@ class ExternalBackend final : public Backend {
   bool in_process() const override { return false; }
   OpKind op() const override { return d_.op; }
   Numerics numerics() const override { return d_.numerics; }
+  std::string_view twin() const override { return d_.twin; }
   std::string supports_summary() const override { return d_.supports.summary(); }
 
   bool available(std::string* why) const override {
@@ -137,6 +138,7 @@ class ExternalBackend final : public Backend {
 
   std::string origin() const override {
     std::string s = fmt::format("{}; numerics {}", d_.origin(), d_.numerics_source);
+    if (!d_.twin.empty()) s += "; twin " + d_.twin;
     if (link_.handshaken() && !link_.hello().info.empty()) s += "; worker: " + link_.hello().info;
     return s;
   }

@@ -111,6 +111,7 @@ class PluginBackend final : public Backend {
   }
   OpKind op() const override { return static_cast<OpKind>(p_->op); }
   Numerics numerics() const override { return numerics_of(p_->numerics); }
+  std::string_view twin() const override { return opts_.twin; }
   std::string supports_summary() const override { return opts_.static_supports_summary; }
 
   bool available(std::string* why) const override {

@@ -129,6 +129,10 @@ class Backend {
   // models none of them: a failure is explained by known findings when the repaired backend passes the same
   // case (fuzz/include/driftcheck/fuzz/known_findings.hpp).
   virtual std::vector<std::string> modelled_defects() const { return {}; }
+  // The CPU twin that models this kernel, for a kernel from outside (a backends file's `twin = "cpu.x"`): it
+  // has no defect switches of its own, so a failure of it is a known finding when its twin fails the same
+  // case with that known finding and its outputs agree with the twin's (known_findings.hpp). Empty otherwise.
+  virtual std::string_view twin() const { return {}; }
   virtual std::unique_ptr<Backend> without_defects(const std::vector<std::string>& defects) const {
     (void)defects;
     return nullptr;

@@ -39,8 +39,16 @@ KnownFindings read_known_findings(const std::filesystem::path& path);
 const KnownFindings& builtin_known_findings();
 
 // The known findings that apply to a backend: their glob matches its name or the twin it mutates, and it
-// models their defect.
+// models their defect. For a kernel from outside that names its twin (Backend::twin), the twin's.
 std::vector<const KnownFinding*> applicable_findings(const KnownFindings& known, const Backend& backend);
+// The registered twin a kernel from outside names (Backend::twin), or nullptr: none named, or the backend
+// has defect switches of its own.
+const Backend* twin_of(const Backend& backend);
+// Whether a kernel's outputs on a case are what its twin computed there: every element NaN on both sides or
+// equal, or finite on both and |kernel - twin| <= tol_kernel + tol_twin + 1 ulp of the output's format at
+// the larger magnitude (docs/FINDINGS.md derives it). Outputs the twin did not write disagree.
+bool agrees_with_twin(const PreparedCase& prepared, const Outputs& kernel, const Numerics& kernel_numerics,
+                      const Outputs& twin, const Numerics& twin_numerics);
 
 // The backend with every applicable known finding's defect repaired, or nullptr when none applies. A mutant
 // repaired this way still carries its own bug: the proof that a mutant is caught runs this backend.
@@ -50,8 +58,17 @@ std::unique_ptr<Backend> repaired_backend(const KnownFindings& known, const Back
 // applicable defects repaired must pass (else the failure is unexplained and the result is empty); then each
 // finding whose defect alone, left in, still fails the case is named; when none does, those whose repair
 // alone makes it pass; all of them when neither singles any out.
+//
+// A kernel from outside that names its twin has no defect switches: its failure is explained by the known
+// findings that explain its twin's failure on the same case, when its outputs agree with the twin's
+// (agrees_with_twin): the real kernel then computed what the twin computes with the defect in, which the
+// repaired twin shows is the defect's doing. This overload evaluates such a kernel again for its outputs;
+// the next one takes the failed evaluation.
 std::vector<const KnownFinding*> explain_failure(const KnownFindings& known, const Backend& backend,
                                                  const PreparedCase& prepared, const EvalOptions& opts = {});
+std::vector<const KnownFinding*> explain_failure(const KnownFindings& known, const Backend& backend,
+                                                 const PreparedCase& prepared, const Evaluation& failed,
+                                                 const EvalOptions& opts = {});
 // The same as "id, id": empty when no known finding explains it.
 std::string explained_ids(const KnownFindings& known, const Backend& backend, const PreparedCase& prepared);
 

@@ -51,6 +51,7 @@ struct BackendDecl {
   std::int64_t line = 0;
   Numerics numerics;
   std::string numerics_source;  // "like:<backend>", "declared", or both
+  std::string twin;             // `twin = "cpu.x"`: the registered CPU twin that models this kernel, or empty
   StaticSupports supports;
   std::optional<WorkerCommand> worker;  // `command = [...]`
   int max_workers = 0;
