@@ -185,6 +185,9 @@ TEST(Campaign, TwoPlantedBugsGroupByTheirCauses) {
   for (const auto& b : r.report.backends)
     for (const auto& [v, n] : b.failures_by_verdict) failing += n;
   EXPECT_EQ(grouped, failing);
+  // Each backend's row names the upstream code it models, as `driftcheck list` does.
+  for (const auto& b : r.report.backends)
+    EXPECT_EQ(b.upstream, registry().find(b.name)->provenance()) << b.name;
   // One group per bug: the signatures of each (backend, verdict), over several shape classes, have one cause.
   std::set<std::string> finding_classes;
   for (const auto& f : r.report.findings) finding_classes.insert(f.backend + "|" + f.verdict);

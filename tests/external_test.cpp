@@ -256,6 +256,8 @@ residual = false
   EXPECT_EQ(d.numerics.output_roundings, registry().find("cpu.rmsnorm.cuda")->numerics().output_roundings);
   EXPECT_FALSE(d.numerics.deterministic);
   EXPECT_EQ(d.worker->cwd, fs::absolute(scratch()).lexically_normal());
+  EXPECT_EQ(make_external_backend(d)->provenance(), "test@1")
+      << "list and reports show the file's provenance";
   const Case bf16 = builders::rmsnorm_case(2, 8, DType::kBF16, {}, 1);
   const Case fp16_residual = builders::rmsnorm_case(2, 8, DType::kF16, {.residual = true}, 1);
   const Case fp16 = builders::rmsnorm_case(2, 8, DType::kF16, {}, 1);

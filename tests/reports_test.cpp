@@ -39,6 +39,7 @@ Report sample() {
   r.seed = 7, r.cases = 120, r.checks = 480, r.seconds = 2.0;
   r.ops = {{"rmsnorm", 120, 0.5}};
   BackendReport good = backend("cpu.rmsnorm.a", "cpu", 100, 20, 100, 0.4);
+  good.upstream = "vllm-project/vllm@0013943 csrc/layernorm_kernels.cu";
   good.top_unsupported = {{"H % 8 != 0", 20}};
   good.worst_case = 3, good.check_seconds = 0.2;
   good.by_shape = {{"hidden", "257-512", 9, 40, 0, 0.4, -3.5}};
@@ -105,6 +106,10 @@ TEST(ReportJson, CarriesFormatVersionAndEveryCount) {
 TEST(ReportJson, ReadsBackWhatItWrote) {
   const Report r = sample();
   EXPECT_EQ(to_json(report_from_json(to_json(r))), to_json(r));
+  EXPECT_EQ(report_from_json(to_json(r)).backends.front().upstream, r.backends.front().upstream);
+  nlohmann::json older = to_json(r);  // written before backends carried their upstream code
+  older["backends"][0].erase("upstream");
+  EXPECT_TRUE(report_from_json(older).backends.front().upstream.empty());
   nlohmann::json foreign = to_json(r);
   foreign["format"] = "something.else";
   EXPECT_THROW(report_from_json(foreign), std::runtime_error);
@@ -228,6 +233,10 @@ TEST(ReportMarkdown, OpensWithOneLinePerGroupThenBackendsAndTheDivergenceMatrix)
   EXPECT_NE(md.find("| cpu.rmsnorm.a | - | 18.5 (100) |"), std::string::npos) << md;
   EXPECT_NE(md.find("| mutant.rmsnorm.b | 18.5 (100) | - |"), std::string::npos) << md;
   EXPECT_NE(md.find("gpu.rmsnorm: no GPU"), std::string::npos);
+  EXPECT_NE(md.find("- cpu.rmsnorm.a: vllm-project/vllm@0013943 csrc/layernorm_kernels.cu\n"),
+            std::string::npos)
+      << "the upstream code a twin models is shown";
+  EXPECT_EQ(md.find("- mutant.rmsnorm.b:"), std::string::npos) << "backends that name none are not listed";
 }
 
 TEST(ReportMarkdown, ListsSignaturesWhenNothingIsGroupedAndSaysSoWhenNothingWasFound) {
@@ -374,6 +383,8 @@ TEST(ReportHtml, OpensWithOneLinePerGroupAndExplainsItsColumns) {
   EXPECT_NE(html.find("driftcheck replay out/findings/x"), std::string::npos);
   EXPECT_NE(html.find("<dt>worst error / tol</dt>"), std::string::npos) << "columns are explained";
   EXPECT_NE(html.find("How to read this report"), std::string::npos);
+  EXPECT_NE(html.find("<li><b>cpu.rmsnorm.a</b>: vllm-project/vllm@0013943 csrc/layernorm_kernels.cu</li>"),
+            std::string::npos);
 }
 
 TEST(ReportHtml, WithoutThePlotLibraryItSaysWhyAndKeepsTheTables) {

@@ -34,6 +34,7 @@ reports::BackendReport backend_report(const Backend& b, const BackendStats& s,
                                       const std::map<std::string, FindingState>& findings) {
   reports::BackendReport br;
   br.name = std::string(b.name()), br.op = std::string(op_name(b.op()));
+  br.upstream = std::string(b.provenance());
   br.kind = std::string(backend_kind_name(b.kind()));
   br.cases_run = s.run, br.unsupported = s.unsupported, br.top_unsupported = top_reasons(s.reasons);
   br.passed = s.passed, br.failures_by_verdict = s.failures;

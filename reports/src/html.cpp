@@ -171,6 +171,12 @@ void backend_table(const Report& r, std::string& h) {
        "<dt>bias</dt><dd>mean signed error in ulps of the output format (truncation shows here while the "
        "worst stays "
        "small)</dd></dl>\n";
+  std::string upstream;
+  for (const auto& b : r.backends)
+    if (!b.upstream.empty()) upstream += fmt::format("<li><b>{}</b>: {}</li>", esc(b.name), esc(b.upstream));
+  if (!upstream.empty())
+    h += "<p>Upstream code each backend models (docs/BACKENDS.md):</p><ul class=upstream>" + upstream +
+         "</ul>\n";
 }
 
 void histograms(const Report& r, Plots& plots, std::string& h) {

@@ -44,6 +44,7 @@ json backend_json(const BackendReport& b) {
   json j = {{"name", b.name},
             {"op", b.op},
             {"kind", b.kind},
+            {"upstream", b.upstream},
             {"cases_run", b.cases_run},
             {"unsupported", b.unsupported},
             {"top_unsupported_reasons", reasons},
@@ -65,6 +66,7 @@ json backend_json(const BackendReport& b) {
 BackendReport backend_from(const json& j) {
   BackendReport b;
   b.name = string_field(j, "name"), b.op = string_field(j, "op"), b.kind = string_field(j, "kind");
+  if (j.contains("upstream")) b.upstream = string_field(j, "upstream");  // not written before session 7
   b.cases_run = int_field(j, "cases_run", 0), b.unsupported = int_field(j, "unsupported", 0);
   b.top_unsupported = list_field(j, "top_unsupported_reasons", [](const json& rc) {
     return ReasonCount{string_field(rc, "reason"), int_field(rc, "count", 0)};

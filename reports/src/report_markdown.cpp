@@ -55,6 +55,10 @@ void markdown_backends(const Report& r, std::string& md) {
       "NaN or infinite output where the reference is finite; above 10^4 the number only measures the "
       "garbage, "
       "so it is not printed); *first finding*: campaign seconds to the first failing case.\n\n");
+  std::string upstream;
+  for (const auto& b : r.backends)
+    if (!b.upstream.empty()) upstream += fmt::format("- {}: {}\n", b.name, b.upstream);
+  if (!upstream.empty()) md += "Upstream code each backend models (docs/BACKENDS.md):\n\n" + upstream + "\n";
 }
 
 void markdown_group_lines(const Report& r, std::string& md) {

@@ -117,9 +117,7 @@ class ExternalBackend final : public Backend {
         description_(d_.description.empty()
                          ? fmt::format("external worker: {}", fmt::join(d_.worker->argv, " "))
                          : d_.description),
-        link_(*d_.worker, d_.name, d_.origin(), d_.op, d_.max_workers) {
-    if (!d_.provenance.empty()) description_ += " [" + d_.provenance + "]";
-  }
+        link_(*d_.worker, d_.name, d_.origin(), d_.op, d_.max_workers) {}
 
   std::string_view name() const override { return d_.name; }
   std::string_view description() const override { return description_; }
@@ -128,6 +126,7 @@ class ExternalBackend final : public Backend {
   OpKind op() const override { return d_.op; }
   Numerics numerics() const override { return d_.numerics; }
   std::string_view twin() const override { return d_.twin; }
+  std::string_view provenance() const override { return d_.provenance; }
   std::string supports_summary() const override { return d_.supports.summary(); }
 
   bool available(std::string* why) const override {

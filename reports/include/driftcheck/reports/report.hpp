@@ -44,7 +44,9 @@ struct ShapeBucket {
 struct BackendReport {
   std::string name;
   std::string op;
-  std::string kind;                          // cpu, gpu, mutant
+  std::string kind;  // cpu, gpu, mutant
+  std::string
+      upstream;  // the upstream code it models (Backend::provenance: repository@commit files); may be empty
   std::int64_t cases_run = 0;                // cases it supported and was judged on
   std::int64_t unsupported = 0;              // cases it declined (never counted as passed)
   std::vector<ReasonCount> top_unsupported;  // most frequent reasons first
