@@ -11,6 +11,16 @@ namespace {
 
 using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+// Eigen picks its matrix-product blocking from the CPU's cache sizes, and the depth block (kc, from the L1
+// size) sets the order of the sums in q k^T and s v: the same golden case gave references up to 2^-35 apart
+// (relative, in the smallest elements) on a 32 KiB-L1 AMD EPYC and on the 48 KiB-L1 machines the golden files
+// were recorded on. Pinned at start-up to those sizes, before any product, the fp64 reference has the same
+// bits on every machine (golden/README.md; test Reference.MatrixBlockingIsPinnedSoBitsDoNotDependOnTheCpu).
+const bool kBlockingPinned = [] {
+  Eigen::setCpuCacheSizes(kReferenceL1Bytes, kReferenceL2Bytes, kReferenceL3Bytes);
+  return true;
+}();
+
 // Storage index of element (i0, i1, ..., 0) of t: the start of an innermost row, without per-element checks
 // (load_f64 checks the whole run).
 std::int64_t row_base(const Tensor& t, std::initializer_list<std::int64_t> leading) {

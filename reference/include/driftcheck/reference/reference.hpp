@@ -3,6 +3,7 @@
 // logical shapes, contiguous. The reference validates the case first (see validate()).
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <string>
 
@@ -11,6 +12,12 @@
 namespace driftcheck {
 
 using Outputs = std::map<std::string, Tensor, std::less<>>;
+
+// The cache sizes Eigen's matrix-product blocking is pinned to (set once at start-up, reference.cpp): the
+// blocking sets the order of the reference's sums, so a pinned one gives the same bits on every CPU.
+inline constexpr std::ptrdiff_t kReferenceL1Bytes = 48 * 1024;
+inline constexpr std::ptrdiff_t kReferenceL2Bytes = 2 * 1024 * 1024;
+inline constexpr std::ptrdiff_t kReferenceL3Bytes = 32 * 1024 * 1024;
 
 Outputs reference(const Case& c);
 
