@@ -405,18 +405,21 @@ TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
 
   decode.params.block_size = 16;
   EXPECT_TRUE(supports("cpu.attn.rocm_custom", decode).ok);
+  // What the custom decode kernel lacks sends ROCM_ATTN's decode rows to its Triton decode kernel.
   AttentionSpec s = decode;
   s.params.head_dim = 96;
-  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "64 and 128"));
+  EXPECT_TRUE(supports("cpu.attn.rocm_custom", s).ok);
+  s.params.head_dim = 48;
+  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "32, 64, 96"));
   s = decode;
   s.params.num_q_heads = 64;
-  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "GQA ratio 32"));
+  EXPECT_TRUE(supports("cpu.attn.rocm_custom", s).ok);
   s = decode;
   s.params.window = 8;
-  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "window"));
+  EXPECT_TRUE(supports("cpu.attn.rocm_custom", s).ok);
   s = decode;
   s.params.has_sinks = true;
-  EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", s), "sinks"));
+  EXPECT_TRUE(supports("cpu.attn.rocm_custom", s).ok);
   EXPECT_TRUE(reason_has(supports("cpu.attn.rocm_custom", attn_spec(DType::kBF16, DType::kBF16, 16)),
                          "(k_new, v_new)"));
   s = decode;
@@ -492,31 +495,49 @@ Case with_new_kv(const AttentionSpec& s, std::uint64_t seed) {
 }
 
 // ROCM_ATTN sends the rows of sequences with query length > 1 to the Triton prefix prefill
-// (chunked_prefill_paged_decode -> context_attention_fwd) and decode rows to the custom paged kernel: what
-// only the custom kernel restricts (head sizes 64/128, GQA <= 16, no window, no sinks, e4m3 only) declines a
-// batch only when it has decode rows; the prefill rows need the inputs, causal attention and a query no
-// longer than its sequence; a softcap is declined for every batch.
-TEST(AttentionSupport, RocmAttnRunsPrefillRowsThroughThePrefixPrefill) {
+// (chunked_prefill_paged_decode -> context_attention_fwd) and decode rows to the custom paged kernel when
+// use_rocm_custom_paged_attention holds (no window past 1, no sinks, head sizes 64/128, GQA <= 16), else to
+// the Triton kernel_paged_attention_2d: only the custom kernel rejects e5m2, and only for batches whose
+// decode rows it runs; the Triton decode kernel skips only query lengths above 1, so a sequence of query
+// length 0 in a batch it runs is declined; the prefill rows need the inputs, causal attention and a query no
+// longer than its sequence.
+TEST(AttentionSupport, RocmAttnRoutesRowsAsChunkedPrefillPagedDecodeDoes) {
   AttentionSpec mixed = attn_spec(DType::kBF16, DType::kBF16, 16);  // query lengths 1, 5, 1
   EXPECT_TRUE(get("cpu.attn.rocm_custom").supports(with_new_kv(mixed, 1)).ok);
   AttentionSpec prefill = mixed;
   prefill.query_lens = {3, 5, 2};
   const Backend& b = get("cpu.attn.rocm_custom");
-  const std::vector<std::pair<std::function<void(AttentionSpec&)>, std::string_view>> decode_only = {
-      {[](AttentionSpec& s) { s.params.window = 9; }, "kernel_paged_attention_2d"},
-      {[](AttentionSpec& s) { s.params.has_sinks = true; }, "sinks"},
-      {[](AttentionSpec& s) { s.params.head_dim = 96; }, "64 and 128"},
-      {[](AttentionSpec& s) { s.params.num_q_heads = 64; }, "GQA ratio 32"},
-      {[](AttentionSpec& s) { s.kv_dtype = DType::kF8E5M2; }, "e4m3"},
+  const std::vector<std::function<void(AttentionSpec&)>> triton_decode = {
+      [](AttentionSpec& s) { s.params.window = 9; },
+      [](AttentionSpec& s) { s.params.has_sinks = true; },
+      [](AttentionSpec& s) { s.params.head_dim = 96; },
+      [](AttentionSpec& s) { s.params.num_q_heads = 64; },
   };
-  for (const auto& [edit, reason] : decode_only) {
+  for (std::size_t i = 0; i < triton_decode.size(); ++i) {
     AttentionSpec with_decode = mixed, without = prefill;
-    edit(with_decode);
-    edit(without);
-    EXPECT_TRUE(reason_has(b.supports(with_new_kv(with_decode, 2)), reason)) << reason;
+    triton_decode[i](with_decode);
+    triton_decode[i](without);
+    EXPECT_TRUE(b.supports(with_new_kv(with_decode, 2)).ok)
+        << i << ": " << b.supports(with_new_kv(with_decode, 2)).reason;
     EXPECT_TRUE(b.supports(with_new_kv(without, 2)).ok)
-        << reason << ": " << b.supports(with_new_kv(without, 2)).reason;
+        << i << ": " << b.supports(with_new_kv(without, 2)).reason;
+    // e5m2 is the custom kernel's refusal only.
+    with_decode.kv_dtype = DType::kF8E5M2;
+    EXPECT_TRUE(b.supports(with_new_kv(with_decode, 2)).ok)
+        << i << ": " << b.supports(with_new_kv(with_decode, 2)).reason;
   }
+  for (const std::int64_t window : {0, 1}) {  // both reach the custom kernel
+    AttentionSpec e5 = mixed, e5_prefill = prefill;
+    e5.kv_dtype = e5_prefill.kv_dtype = DType::kF8E5M2;
+    e5.params.window = e5_prefill.params.window = window;
+    EXPECT_TRUE(reason_has(b.supports(with_new_kv(e5, 2)), "e4m3")) << "window " << window;
+    EXPECT_TRUE(b.supports(with_new_kv(e5_prefill, 2)).ok) << "window " << window;
+  }
+  AttentionSpec empty = mixed;
+  empty.query_lens = {1, 0, 1};
+  EXPECT_TRUE(b.supports(with_new_kv(empty, 5)).ok);  // the custom kernel returns for it
+  empty.params.window = 9;
+  EXPECT_TRUE(reason_has(b.supports(with_new_kv(empty, 5)), "query length 0"));
   const std::vector<std::pair<std::function<void(AttentionSpec&)>, std::string_view>> declined = {
       {[](AttentionSpec& s) { s.params.causal = false; }, "causally"},
       {[](AttentionSpec& s) { s.params.head_dim = 48; }, "32, 64, 96"},
@@ -616,6 +637,23 @@ std::vector<AttentionSpec> attention_specs() {
   g8.query_lens = {7, 64, 65};
   g8.seq_lens = {7, 100, 200};
   v.push_back(g8);
+  // Decode rows ROCM_ATTN sends to its Triton decode kernel: fp8 with a window (dequantised to act), e5m2
+  // with head size 96, GQA 32 with sinks.
+  AttentionSpec td = attn_spec(DType::kBF16, DType::kF8E4M3FN, 16);
+  td.query_lens = {1, 1, 1};
+  td.params.window = 40;
+  td.params.k_scale = 0.5;
+  td.params.v_scale = 2.0;
+  v.push_back(td);
+  td.params.window = 0;
+  td.kv_dtype = DType::kF8E5M2;
+  td.params.head_dim = 96;
+  v.push_back(td);
+  AttentionSpec gs = attn_spec(DType::kF16, DType::kF16, 32);
+  gs.query_lens = {1, 4, 1};
+  gs.params.num_q_heads = 64;
+  gs.params.has_sinks = true;
+  v.push_back(gs);
   return v;
 }
 
@@ -681,7 +719,7 @@ TEST(AttentionTwins, MatchTheReferenceWithinTheirDeclaredNumerics) {
       if (!b->supports(c).ok) continue;
       ++ran;
       std::string where;
-      EXPECT_LE(attention_ratio(*b, b->numerics(), c, &where), 1.0)
+      EXPECT_LE(attention_ratio(*b, b->numerics_for(c), c, &where), 1.0)
           << b->name() << " spec " << i << ": " << where;
     }
     EXPECT_GE(ran, 8) << b->name();
@@ -1333,6 +1371,144 @@ TEST(AttentionTwins, RocmAttnPrefillRunningSumIsAnFma) {
   EXPECT_EQ(run_clone(get("cpu.attn.rocm_custom"), c).tensor("lse").at({0, 0}),
             static_cast<double>(std::log(fused)))
       << "a " << a;
+}
+
+// ROCM_ATTN decode probes: one decode row (query length 1) over `len` keys, one head, scale 1, bf16, head
+// size `d` (32 takes the Triton decode kernel whatever the window: use_rocm_custom_paged_attention needs
+// 64/128), block size `bs`; q is e_0, every key and value 0 except what a test sets (a logit is k[0] of its
+// key); the unused cache slots keep their NaN poison unless `poison` is off.
+Case decode_probe(std::int64_t len, std::int64_t window, std::int64_t d = 32, std::int64_t bs = 16,
+                  bool poison = false) {
+  AttentionSpec s = builders::one_head(DType::kBF16, 1, len);
+  s.params.window = window;
+  s.params.head_dim = d;
+  s.params.block_size = bs;
+  s.poison_unused = poison;
+  Case c = builders::attention_case(s, 11);
+  for (const char* name : {"k_cache", "v_cache"}) {
+    Tensor& t = c.tensor(name);
+    if (!poison) t.copy_from(std::vector<double>(static_cast<std::size_t>(t.numel()), 0.0));
+    for (std::int64_t k = 0; k < len && poison; ++k) {
+      const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({0, k / bs}));
+      for (std::int64_t i = 0; i < d; ++i) t.set({page, k % bs, 0, i}, 0.0);
+    }
+  }
+  c.tensor("q").copy_from(std::vector<double>(static_cast<std::size_t>(c.tensor("q").numel()), 0.0));
+  c.tensor("q").set({0, 0, 0}, 1.0);
+  return c;
+}
+
+void set_slot(Case& c, const char* cache, std::int64_t t, double x) {
+  const std::int64_t bs = c.get<AttentionParams>().block_size;
+  const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({0, t / bs}));
+  c.tensor(cache).set({page, t % bs, 0, 0}, x);
+}
+
+// Which decode kernel a ROCM_ATTN batch's decode rows run is use_rocm_custom_paged_attention's choice
+// (vllm/platforms/rocm.py, gfx9), made with the window ROCM_ATTN passes, window - 1: a window of 1 reaches
+// the custom kernel, which has none, so the row sees every key, as with no window; a window of 2 reaches
+// kernel_paged_attention_2d, which keeps 2 - 1 = 1 key. V[0] = key index, all logits 0: o = the mean of the
+// visible indices.
+TEST(AttentionTwins, RocmAttnDecodeRowsTakeTheKernelVllmRoutesThemTo) {
+  const Backend& b = get("cpu.attn.rocm_custom");
+  const auto run_o = [&](std::int64_t window) {
+    Case c = decode_probe(40, window, 64);
+    for (std::int64_t t = 0; t < 40; ++t) set_slot(c, "v_cache", t, static_cast<double>(t));
+    EXPECT_TRUE(b.supports(c).ok) << "window " << window << ": " << b.supports(c).reason;
+    return run_clone(b, c).tensor("o").at({0, 0, 0});
+  };
+  EXPECT_EQ(run_o(0), 19.5);
+  EXPECT_EQ(run_o(1), run_o(0));  // the custom kernel, no window
+  EXPECT_EQ(run_o(2), 39.0);      // kernel_paged_attention_2d, SLIDING_WINDOW 1
+  EXPECT_EQ(run_o(5), 37.5);      // keys 36..39
+  // The same rows through the Triton kernel's repaired window: the layer's w keys.
+  const auto fixed = b.without_defects({"window_one_short"});
+  ASSERT_NE(fixed, nullptr);
+  Case c = decode_probe(40, 2, 64);
+  for (std::int64_t t = 0; t < 40; ++t) set_slot(c, "v_cache", t, static_cast<double>(t));
+  EXPECT_EQ(run_clone(*fixed, c).tensor("o").at({0, 0, 0}), 38.5);
+}
+
+// kernel_paged_attention_2d masks a key outside the window with the finite logit -10000
+// (chunked_prefill_paged_decode.py: `S = tl.where((context_len - seq_offset) < SLIDING_WINDOW, S, -10000)`).
+// (1) An infinite V outside the window: the first page (keys 0..15, all outside a window of 4 at position 39)
+// has the running max -10000 and P = 1, so acc = inf, and the page that holds the window rescales it by
+// alpha = exp(-10000 - 0) = 0: NaN. (2) Visible logits of -20480 (q[0] = -20480, k[0] = 1 in the window): the
+// max is the masked keys' -10000, the visible keys' P = exp(-10480) = 0, and the row is the mean of the 37
+// keys it must not see (V[0] = index: 18) where the window's keys give 38. Repaired, both rows are the
+// window's (keys 37..39, one short).
+TEST(AttentionTwins, RocmAttnTritonDecodeMasksTheWindowWithAFiniteLogit) {
+  const Backend& b = get("cpu.attn.rocm_custom");
+  const auto fixed = b.without_defects({"window_logit_finite"});
+  ASSERT_NE(fixed, nullptr);
+  Case inf_v = decode_probe(40, 4);
+  for (std::int64_t t = 0; t < 40; ++t) set_slot(inf_v, "v_cache", t, static_cast<double>(t));
+  set_slot(inf_v, "v_cache", 0, std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(run_clone(b, inf_v).tensor("o").at({0, 0, 0})));
+  EXPECT_EQ(run_clone(*fixed, inf_v).tensor("o").at({0, 0, 0}), 38.0);
+  Case low = decode_probe(40, 4);
+  low.tensor("q").set({0, 0, 0}, -20480.0);
+  for (std::int64_t t = 0; t < 40; ++t) {
+    set_slot(low, "v_cache", t, static_cast<double>(t));
+    set_slot(low, "k_cache", t, 1.0);
+  }
+  EXPECT_EQ(run_clone(b, low).tensor("o").at({0, 0, 0}), 18.0);
+  EXPECT_EQ(run_clone(*fixed, low).tensor("o").at({0, 0, 0}), 38.0);
+}
+
+// kernel_paged_attention_2d loads whole pages with only the head-size mask: the last page's slots past
+// seq_len (40..47 of page 2) enter P.V with P = 0, and the NaN a case keeps there makes the row NaN.
+// Repaired, the tail is loaded as 0 and the row is the mean of V[0] = index over its keys (19.5).
+TEST(AttentionTwins, RocmAttnTritonDecodeReadsTheLastPagesTail) {
+  const Backend& b = get("cpu.attn.rocm_custom");
+  Case c = decode_probe(40, 0, 32, 16, /*poison=*/true);
+  for (std::int64_t t = 0; t < 40; ++t) set_slot(c, "v_cache", t, static_cast<double>(t));
+  EXPECT_TRUE(std::isnan(run_clone(b, c).tensor("o").at({0, 0, 0})));
+  const auto fixed = b.without_defects({"paged_2d_tail_unmasked"});
+  ASSERT_NE(fixed, nullptr);
+  EXPECT_EQ(run_clone(*fixed, c).tensor("o").at({0, 0, 0}), 19.5);
+}
+
+// The Triton decode kernel's tiles are pages (BLOCK_SIZE = block_size): three keys at logit a (< 0), then
+// one at 0 at position 20; every other key at -200 (P = 0). With pages of 32 one tile holds all four and the
+// sum is one tl.sum, ((e + e) + e) + 1; with pages of 16 the key at 0 is in the second tile and the running
+// update gives fma(3, e, 1) (L * alpha + l_j contracted). For an `a` where the two differ, log(L) (the lse
+// the twin reports) shows the tile.
+TEST(AttentionTwins, RocmAttnTritonDecodeTilesArePages) {
+  float a = 0.0f, one_tile = 0.0f, two_tiles = 0.0f;
+  for (int k = 1; k < 512 && a == 0.0f; ++k) {
+    const float ak = -static_cast<float>(k) / 32.0f;  // exact in bf16
+    const float e = std::exp2(ak * 1.44269504088896340736f);
+    const float summed = ((e + e) + e) + 1.0f, fused = std::fma(3.0f, e, 1.0f);
+    if (std::log(summed) != std::log(fused)) a = ak, one_tile = summed, two_tiles = fused;
+  }
+  ASSERT_NE(a, 0.0f);
+  for (const auto& [bs, expected] :
+       {std::pair{std::int64_t{32}, one_tile}, std::pair{std::int64_t{16}, two_tiles}}) {
+    Case c = decode_probe(30, 0, 32, bs);
+    for (std::int64_t t = 0; t < 30; ++t) set_slot(c, "k_cache", t, t < 3 ? a : t == 20 ? 0.0 : -200.0);
+    EXPECT_EQ(run_clone(get("cpu.attn.rocm_custom"), c).tensor("lse").at({0, 0}),
+              static_cast<double>(std::log(expected)))
+        << "block size " << bs << ", a " << a;
+  }
+}
+
+// A batch whose decode rows run the Triton decode kernel rounds the dequantised fp8 K/V to act in every row,
+// so the twin declares kv_dequant_rounded for it; on the custom kernel only the prefill rows round.
+TEST(AttentionTwins, RocmAttnDeclaresTheRoundingOfThePathABatchTakes) {
+  const Backend& b = get("cpu.attn.rocm_custom");
+  AttentionSpec s = attn_spec(DType::kBF16, DType::kF8E4M3FN, 16);
+  s.query_lens = {1, 1, 1};
+  EXPECT_FALSE(b.numerics_for(builders::attention_case(s, 1)).kv_dequant_rounded);
+  EXPECT_TRUE(b.numerics_for(builders::attention_case(s, 1)).kv_dequant_rounded_prefill);
+  s.params.window = 9;
+  EXPECT_TRUE(b.numerics_for(builders::attention_case(s, 1)).kv_dequant_rounded);
+  s.params.window = 1;  // passed as 0: the custom kernel
+  EXPECT_FALSE(b.numerics_for(builders::attention_case(s, 1)).kv_dequant_rounded);
+  s.params.window = 0;
+  s.params.head_dim = 96;
+  EXPECT_TRUE(b.numerics_for(builders::attention_case(s, 1)).kv_dequant_rounded);
+  EXPECT_FALSE(b.numerics().kv_dequant_rounded);  // what `driftcheck list` shows: the common path
 }
 
 // ---- mutants

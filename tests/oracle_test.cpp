@@ -356,7 +356,9 @@ TEST(Oracle, UnsupportedIsNotAFailure) {
 
 // Out-of-range indices (issue #12): every CPU attention backend answers with an `error` verdict that names
 // the tensor and the index, never with an out-of-bounds read (the ASan build would abort on one). The case is
-// prepared valid, then its index tensors are corrupted where every kernel must read them.
+// prepared valid, then its index tensors are corrupted where every kernel must read them (sequence 1's
+// context is its first 30 keys, pages 0 and 1: a kernel that reads the 3 new tokens from k_new/v_new, as
+// ROCM_ATTN's prefix prefill does, never reads its page 2).
 TEST(Oracle, OutOfRangeIndicesAreAnErrorNamingTheIndex) {
   struct Corruption {
     const char* tensor;
@@ -366,7 +368,7 @@ TEST(Oracle, OutOfRangeIndicesAreAnErrorNamingTheIndex) {
   };
   const Corruption corruptions[] = {
       {"block_table", {1, 0}, -1, "block_table[1, 0] = -1"},
-      {"block_table", {1, 2}, 1 << 30, "block_table[1, 2] = 1073741824"},
+      {"block_table", {1, 1}, 1 << 30, "block_table[1, 1] = 1073741824"},
       {"block_table", {0, 1}, 6, "block_table[0, 1] = 6"},  // one past the 6 physical blocks
       {"seq_lens", {1, -1}, 1e6, "seq_lens[1] = 1000000"},
       {"seq_lens", {0, -1}, -5, "seq_lens[0] = -5"},

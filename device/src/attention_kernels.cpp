@@ -30,12 +30,14 @@ constexpr float kSumBias = 1e-6f;
 constexpr std::int64_t kKernelBlock = 16;
 // ROCM_AITER_FA: context tokens gathered per chunk, shared by the batch's extends (_CP_TOKENS_PER_ITER_ROCM).
 constexpr std::int64_t kCpTokensPerIter = 32 * 1024;
-// ROCM_ATTN: the reason suffix of what only its decode kernel restricts.
+// ROCM_ATTN: the reason suffix of what only its custom decode kernel rejects.
 constexpr std::string_view kDecodeRows =
-    " (decode rows: use_rocm_custom_paged_attention then sends them to ROCM_ATTN's Triton "
-    "kernel_paged_attention_2d, or the custom kernel raises, which the twin does not model)";
-// ROCM_ATTN prefix prefill: the bias of its final division, acc / (L + 1e-10) (fp32).
+    " (this batch's decode rows go to ROCM_ATTN's custom paged kernel: use_rocm_custom_paged_attention "
+    "holds for it)";
+// ROCM_ATTN prefix prefill and Triton decode: the bias of their final division, acc / (L + 1e-10) (fp32).
 constexpr float kPrefillDivBias = 1e-10f;
+// ROCM_ATTN Triton decode (kernel_paged_attention_2d): the logit of a key outside the window.
+constexpr float kWindowMaskedLogit = -10000.0f;
 
 // The case, resolved once.
 struct Batch {
@@ -163,7 +165,7 @@ class AttentionTwin final : public TwinBackend {
 
  private:
   // The upstream defects the kernel parameters can reproduce (docs/FINDINGS.md names each).
-  static constexpr std::array<DefectSwitch<AttnKernel>, 12> kDefects{{
+  static constexpr std::array<DefectSwitch<AttnKernel>, 14> kDefects{{
       {"softcap_from_exp", &AttnKernel::softcap_from_exp},
       {"page_tail_unmasked", &AttnKernel::page_tail_unmasked},
       {"masked_p_times_v", &AttnKernel::masked_p_times_v},
@@ -176,9 +178,17 @@ class AttentionTwin final : public TwinBackend {
       {"e5m2_read_as_e4m3", &AttnKernel::e5m2_read_as_e4m3},
       {"window_one_short", &AttnKernel::window_one_short},
       {"nan_row_zeroed", &AttnKernel::nan_row_zeroed},
+      {"window_logit_finite", &AttnKernel::window_logit_finite},
+      {"paged_2d_tail_unmasked", &AttnKernel::paged_2d_tail_unmasked},
   }};
 
+  Numerics numerics_for(const Case& c) const override;
   Support supports_kv(const Case& c) const;
+  std::int64_t kernel_window(const AttentionParams& p) const;
+  bool custom_decode(const AttentionParams& p, std::int64_t max_seq_len) const;
+  bool custom_decode(const Case& c) const;
+  float triton_logit(const Batch& b, const float* q, const float* k) const;
+  void triton_decode_sequence(const Batch& b, std::int64_t s) const;
   Support supports_extend(const Case& c) const;
   Batch shape_of(const Case& c) const;
   Support supports_prefix_prefill(const Case& c) const;
@@ -239,6 +249,46 @@ bool has_decode_sequence(const Case& c) {
   return false;
 }
 
+// use_rocm_custom_paged_attention (vllm/platforms/rocm.py, gfx9 branch, read at e2a00c7) for a batch, as
+// chunked_prefill_paged_decode evaluates it: the SLIDING_WINDOW it is passed (window - 1 from ROCM_ATTN) is
+// 0, head size 64/128, block size 16/32, GQA 1..16, max_seq_len <= 128K, no sinks (q bf16/fp16, the
+// power-of-two page, VLLM_ROCM_CUSTOM_PAGED_ATTN on and aiter's paged attention off hold for every case the
+// twin accepts). A twin without the Triton decode path sends every decode row to its one decode kernel.
+bool AttentionTwin::custom_decode(const AttentionParams& p, std::int64_t max_seq_len) const {
+  if (!k_.triton_decode_2d) return true;
+  const std::int64_t passed = p.window > 0 && k_.window_one_short ? p.window - 1 : p.window;
+  const std::int64_t ratio = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
+  return passed <= 0 && contains(k_.head_dims, p.head_dim) && contains(k_.block_sizes, p.block_size) &&
+         ratio >= 1 && ratio <= k_.max_gqa_ratio && max_seq_len <= k_.custom_max_seq_len && !p.has_sinks;
+}
+
+bool AttentionTwin::custom_decode(const Case& c) const {
+  if (!k_.triton_decode_2d) return true;
+  const std::vector<std::int32_t> lens = load_ints(c.tensor("seq_lens"));
+  const std::int64_t longest = lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end());
+  return custom_decode(c.get<AttentionParams>(), longest);
+}
+
+// The window ROCM_ATTN's Triton kernels apply (SLIDING_WINDOW): the layer's window less one (defect
+// window_one_short), none when that is 0; the window mutant's one wider.
+std::int64_t AttentionTwin::kernel_window(const AttentionParams& p) const {
+  std::int64_t sw = p.window;
+  if (sw > 0 && k_.window_one_short) sw -= 1;
+  if (sw > 0 && bug_ == AttnBug::kWindowOffByOne) sw += 1;
+  return sw;
+}
+
+// ROCM_ATTN: decode rows on the Triton decode kernel dequantise fp8 K/V to act as the prefill rows do, so in
+// a batch routed there every row rounds (kv_dequant_rounded); on the custom kernel decode rows read fp8
+// exactly and only the prefill rows round (kv_dequant_rounded_prefill, declared).
+Numerics AttentionTwin::numerics_for(const Case& c) const {
+  Numerics n = numerics();
+  if (k_.triton_decode_2d && c.op == OpKind::kAttention && c.has("seq_lens") && c.has("query_start_loc") &&
+      has_decode_sequence(c) && !custom_decode(c))
+    n.kv_dequant_rounded = true;
+  return n;
+}
+
 Support AttentionTwin::supports_kv(const Case& c) const {
   const std::string& who = k_.name_for_reasons;
   const DType kv = c.tensor("k_cache").dtype();
@@ -253,10 +303,11 @@ Support AttentionTwin::supports_kv(const Case& c) const {
       (has_decode_sequence(c) && !(k_.windowed_decode && c.get<AttentionParams>().window > 0));
   if (!k_.fp8_unmodelled.empty() && pa_v1_decode)
     return Support::no(fmt::format("KV cache {}: {}", dtype_name(kv), k_.fp8_unmodelled));
-  // ROCM_ATTN: decode rows go to the custom paged kernel (kv_dtypes), prefill rows to the Triton prefix
-  // prefill (pp_kv_dtypes); a batch needs every kernel it reaches to read its cache.
-  const bool decode_rows = !k_.prefix_prefill || has_decode_sequence(c);
-  const std::vector<DType>& allowed = decode_rows ? k_.kv_dtypes : k_.pp_kv_dtypes;
+  // ROCM_ATTN: decode rows go to the custom paged kernel (kv_dtypes) or the Triton decode kernel, prefill
+  // rows to the Triton prefix prefill (both pp_kv_dtypes); a batch needs every kernel it reaches to read its
+  // cache.
+  const bool custom_rows = (!k_.prefix_prefill || has_decode_sequence(c)) && custom_decode(c);
+  const std::vector<DType>& allowed = custom_rows ? k_.kv_dtypes : k_.pp_kv_dtypes;
   if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), kv) == allowed.end()) {
     std::vector<std::string_view> names;
     for (DType t : allowed) names.push_back(dtype_name(t));
@@ -278,14 +329,15 @@ Support AttentionTwin::supports(const Case& c) const {
   if (!k_.block_sizes.empty() && !contains(k_.block_sizes, p.block_size))
     return Support::no(fmt::format("block_size {}: {} supports KV block sizes {} only", p.block_size, who,
                                    join(k_.block_sizes, " and ")));
-  // ROCM_ATTN: what only the custom paged kernel restricts applies to batches with decode rows; the others
-  // run the Triton prefix prefill alone (supports_prefix_prefill).
+  // ROCM_ATTN: what only the custom paged kernel restricts applies to batches whose decode rows it runs; the
+  // others run the Triton kernels alone (prefix prefill, kernel_paged_attention_2d).
   const bool decode_rows = !k_.prefix_prefill || has_decode_sequence(c);
+  const bool custom_rows = decode_rows && custom_decode(c);
   const std::string_view decode_note = k_.prefix_prefill ? kDecodeRows : "";
-  if (!decode_rows && !k_.pp_head_dims.empty() && !contains(k_.pp_head_dims, p.head_dim))
+  if (!custom_rows && !k_.pp_head_dims.empty() && !contains(k_.pp_head_dims, p.head_dim))
     return Support::no(fmt::format("head_dim {}: {} supports head sizes {} only", p.head_dim, who,
                                    join(k_.pp_head_dims, " and ")));
-  if (decode_rows && !k_.head_dims.empty() && !contains(k_.head_dims, p.head_dim))
+  if (custom_rows && !k_.head_dims.empty() && !contains(k_.head_dims, p.head_dim))
     return Support::no(fmt::format("head_dim {}: {} supports head sizes {} only{}", p.head_dim, who,
                                    join(k_.head_dims, " and "), decode_note));
   if (p.head_dim < k_.min_head_dim || (k_.max_head_dim > 0 && p.head_dim > k_.max_head_dim))
@@ -293,15 +345,18 @@ Support AttentionTwin::supports(const Case& c) const {
                                    k_.min_head_dim,
                                    k_.max_head_dim > 0 ? fmt::format("{}", k_.max_head_dim) : ""));
   const std::int64_t ratio = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
-  if (decode_rows && k_.max_gqa_ratio > 0 && ratio > k_.max_gqa_ratio)
+  if (custom_rows && k_.max_gqa_ratio > 0 && ratio > k_.max_gqa_ratio)
     return Support::no(
         fmt::format("GQA ratio {}: {} supports 1..{}{}", ratio, who, k_.max_gqa_ratio, decode_note));
-  if (decode_rows && p.window > 0 && !k_.window)
+  // The window the decode kernel is passed: ROCM_ATTN's custom kernel is reached with a window of 1 (passed
+  // as 0: no window).
+  const std::int64_t decode_window = p.window > 0 && k_.window_one_short ? p.window - 1 : p.window;
+  if (custom_rows && decode_window > 0 && !k_.window)
     return Support::no(fmt::format("sliding window: {} has none{}", who, decode_note));
   if (p.softcap > 0 && !k_.softcap_unmodelled.empty())
     return Support::no(fmt::format("softcap: {}", k_.softcap_unmodelled));
   if (p.softcap > 0 && !k_.softcap) return Support::no(fmt::format("softcap: {} has none", who));
-  if (decode_rows && p.has_sinks && k_.sinks == SinkPath::kNone)
+  if (custom_rows && p.has_sinks && k_.sinks == SinkPath::kNone)
     return Support::no(fmt::format("sinks: {} has none{}", who, decode_note));
   if (!p.causal && !k_.non_causal)
     return Support::no(fmt::format("non-causal attention: {}", k_.causal_reason.empty()
@@ -321,6 +376,17 @@ Support AttentionTwin::supports(const Case& c) const {
     }
   }
   if (k_.aiter_fa_extend) return supports_extend(c);
+  if (k_.triton_decode_2d && !custom_decode(c)) {
+    // kernel_paged_attention_2d runs one program per sequence and returns only for query lengths above 1.
+    const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
+    for (std::size_t s = 0; s + 1 < qsl.size(); ++s)
+      if (qsl[s + 1] == qsl[s])
+        return Support::no(fmt::format(
+            "sequence {} has query length 0: ROCM_ATTN's Triton kernel_paged_attention_2d skips only query "
+            "lengths above 1, so its program for that sequence writes output row {} (another sequence's, or "
+            "past the last: a race or an overrun the twin does not model)",
+            s, qsl[s]));
+  }
   if (k_.prefix_prefill) return supports_prefix_prefill(c);
   if (k_.max_query_len > 0) {
     const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
@@ -1077,6 +1143,19 @@ std::vector<char> nonfinite_rows(const std::vector<float>& x, std::int64_t rows,
   return out;
 }
 
+// A ROCM_ATTN Triton kernel's logit (prefix prefill, Triton decode): fp32(scale) * dot(q, k), the dot in fp32
+// (sequential: the MFMA order is approximated); the backend passes these kernels no softcap (defect
+// softcap_dropped; repaired, c * tanh(s / c)).
+float AttentionTwin::triton_logit(const Batch& b, const float* q, const float* k) const {
+  float acc = 0.0f;
+  for (std::int64_t i = 0; i < b.d; ++i) acc += q[i] * k[i];
+  const float qk_mul = static_cast<float>(b.p->scale);
+  const float s = bug_ == AttnBug::kLogitsRounded ? round_act(b.act, qk_mul * acc) : qk_mul * acc;
+  const float cap =
+      k_.softcap_dropped || bug_ == AttnBug::kSoftcapMissing ? 0.0f : static_cast<float>(b.p->softcap);
+  return cap > 0.0f ? cap * std::tanh(s / cap) : s;
+}
+
 // One prefill/extend sequence under ROCM_ATTN (chunked_prefill_paged_decode calls context_attention_fwd with
 // skip_decode when some query length is above 1). Per q head and query row j (program block j / BLOCK_M):
 // the sink as initial max (l = 1), the context [0, ctx) from the paged cache in tiles of 32 keys with no
@@ -1087,25 +1166,13 @@ std::vector<char> nonfinite_rows(const std::vector<float>& x, std::int64_t rows,
 void AttentionTwin::prefix_prefill_sequence(const Batch& b, std::int64_t s) const {
   const std::int64_t q0 = b.query_start[s], ql = b.query_start[s + 1] - q0, d = b.d;
   const std::int64_t ctx = b.seq_lens[static_cast<std::size_t>(s)] - ql;
-  // SLIDING_WINDOW as the kernel receives it: ROCM_ATTN passes window - 1 (defect window_one_short), and the
-  // kernel applies no window when that is 0.
-  std::int64_t sw = b.p->window;
-  if (sw > 0 && k_.window_one_short) sw -= 1;
-  if (sw > 0 && bug_ == AttnBug::kWindowOffByOne) sw += 1;
+  // SLIDING_WINDOW as the kernel receives it (window - 1: defect window_one_short; 0: none).
+  const std::int64_t sw = kernel_window(*b.p);
   const bool masked_pv = k_.masked_p_times_v || bug_ == AttnBug::kMaskedPTimesV;
-  const float qk_mul = static_cast<float>(b.p->scale);
-  // context_attention_fwd takes no softcap (defect softcap_dropped); repaired, c * tanh(s / c).
-  const float cap =
-      k_.softcap_dropped || bug_ == AttnBug::kSoftcapMissing ? 0.0f : static_cast<float>(b.p->softcap);
   std::vector<float> ctx_k, ctx_v, new_k(static_cast<std::size_t>(ql * d)), new_v(new_k.size());
   std::vector<float> q(static_cast<std::size_t>(d)), out(q.size());
   const Shape &qs = b.q->strides(), &os = b.o->strides();
-  const auto dot = [&](const float* k) {
-    float acc = 0.0f;
-    for (std::int64_t i = 0; i < d; ++i) acc += q[static_cast<std::size_t>(i)] * k[i];
-    const float sc = bug_ == AttnBug::kLogitsRounded ? round_act(b.act, qk_mul * acc) : qk_mul * acc;
-    return cap > 0.0f ? cap * std::tanh(sc / cap) : sc;
-  };
+  const auto dot = [&](const float* k) { return triton_logit(b, q.data(), k); };
   PrefillTile tile;
   const auto reset_tile = [&](std::int64_t n) {
     tile.scores.assign(static_cast<std::size_t>(n), kNegInf);
@@ -1178,6 +1245,83 @@ void AttentionTwin::prefix_prefill_sequence(const Batch& b, std::int64_t s) cons
   }
 }
 
+// The element run [first, first + n) of a tensor's storage that a kernel addressing it densely touches;
+// outside the storage the real kernel would read or write out of bounds: an error naming the tensor.
+void check_dense_run(const Tensor& t, const char* name, std::int64_t first, std::int64_t n) {
+  if (first < 0 || first + n > t.storage()->numel())
+    throw BackendError(
+        fmt::format("{}: the kernel's dense address {}..{} lies outside the tensor's storage of {} "
+                    "elements",
+                    name, first, first + n - 1, t.storage()->numel()));
+}
+
+// One decode sequence (query length 1) under ROCM_ATTN's Triton kernel_paged_attention_2d
+// (chunked_prefill_paged_decode.py at 69f87df), per q head of each KV head: the sink as the initial max (L =
+// 1); tiles of one page over [0, cdiv(seq_len, block_size) * block_size), K and V loaded through the block
+// table without the sequence mask (the last page's tail slots enter P.V with P = 0: defect
+// paged_2d_tail_unmasked; repaired, loaded as 0), fp8 dequantised to act before the dots; logits -inf past
+// seq_len; keys outside the window (`context_len - key >= SLIDING_WINDOW`, context_len = seq_len - 1) at the
+// finite -10000 (defect window_logit_finite; repaired, out of the softmax and P.V); the prefix prefill's
+// softmax step; o = act(acc / (L + 1e-10)). q and o are addressed through their token and head strides, their
+// elements as dense (the kernel adds tl.arange to the row address). The kernel writes no LSE: the twin
+// reports m + log(L).
+void AttentionTwin::triton_decode_sequence(const Batch& b, std::int64_t s) const {
+  const std::int64_t tok = b.query_start[s], d = b.d, bs = b.bs;
+  const std::int64_t len = b.seq_lens[static_cast<std::size_t>(s)];
+  const std::int64_t loaded = cdiv(len, bs) * bs;
+  const std::int64_t sw = kernel_window(*b.p);
+  const bool tail = k_.paged_2d_tail_unmasked || bug_ == AttnBug::kMaskedPTimesV;
+  std::vector<float> keys, values, q(static_cast<std::size_t>(d)), out(q.size());
+  const Shape &qs = b.q->strides(), &os = b.o->strides();
+  PrefillTile tile;
+  for (std::int64_t g = 0; g < b.hkv; ++g) {
+    gather_one(b, *b.k, b.p->k_scale, s, g, keys, loaded);
+    gather_one(b, *b.v, b.p->v_scale, s, g, values, loaded);
+    // `(K_load.to(fp32) * k_scale).to(Q.dtype)` for fp8 (act caches carry scale 1: nothing rounds).
+    for (auto [x, scale] : {std::pair{&keys, b.p->k_scale}, std::pair{&values, b.p->v_scale}})
+      for (float& e : *x) e = round_act(b.act, e * static_cast<float>(scale));
+    const std::vector<char> bad = nonfinite_rows(values, loaded, d);
+    for (std::int64_t h = 0; h < b.hq; ++h) {
+      if (kv_head(b, h) != g) continue;
+      const std::int64_t q_at = b.q->offset() + tok * qs[0] + h * qs[1];
+      check_dense_run(*b.q, "q", q_at, d);
+      load_run(*b.q->storage(), q_at, 1, d, q.data());
+      PrefillRow st;
+      st.acc.assign(static_cast<std::size_t>(d), 0.0f);
+      if (!b.sinks.empty()) {
+        st.m = b.sinks[static_cast<std::size_t>(h)];
+        st.l = st.m > kNegInf ? 1.0f : 0.0f;
+      }
+      for (std::int64_t t0 = 0; t0 < loaded; t0 += bs) {
+        tile.scores.assign(static_cast<std::size_t>(bs), kNegInf);
+        tile.v.assign(static_cast<std::size_t>(bs), nullptr);
+        tile.v_nonfinite.assign(static_cast<std::size_t>(bs), 0);
+        tile.masked.assign(static_cast<std::size_t>(bs), 1);
+        // A slot whose V stays nullptr is out of P.V (loaded as 0, or masked by a repair); every other slot
+        // is multiplied with its P, masked (logit -inf, P = 0) or not.
+        for (std::int64_t t = t0; t < t0 + bs; ++t) {
+          const auto i = static_cast<std::size_t>(t - t0);
+          const bool outside = t < len && sw > 0 && len - 1 - t >= sw;
+          if ((t >= len && !tail) || (outside && !k_.window_logit_finite)) continue;
+          tile.v[i] = values.data() + t * d;
+          tile.v_nonfinite[i] = bad[static_cast<std::size_t>(t)];
+          if (t >= len) continue;  // logit -inf
+          tile.masked[i] = 0;
+          tile.scores[i] = outside ? kWindowMaskedLogit : triton_logit(b, q.data(), keys.data() + t * d);
+        }
+        prefill_step(b.act, d, tile, /*masked_p_times_v=*/true, k_.nan_row_zeroed, st);
+      }
+      for (std::int64_t i = 0; i < d; ++i)
+        out[static_cast<std::size_t>(i)] =
+            round_act(b.act, st.acc[static_cast<std::size_t>(i)] / (st.l + kPrefillDivBias));
+      const std::int64_t o_at = b.o->offset() + tok * os[0] + h * os[1];
+      check_dense_run(*b.o, "o", o_at, d);
+      for (std::int64_t i = 0; i < d; ++i) store(*b.o->storage(), o_at + i, out[static_cast<std::size_t>(i)]);
+      store(*b.lse->storage(), b.lse->index({tok, h}), st.m + std::log(st.l));
+    }
+  }
+}
+
 float AttentionTwin::compute_row(const Batch& b, const Plan& pl, const Row& r, std::int64_t h,
                                  float* out) const {
   switch (k_.schedule) {
@@ -1187,16 +1331,6 @@ float AttentionTwin::compute_row(const Batch& b, const Plan& pl, const Row& r, s
       return ll4mi_row(b, pl, r, out);
   }
   return 0.0f;
-}
-
-// The element run [first, first + n) of a tensor's storage that a kernel addressing it densely touches;
-// outside the storage the real kernel would read or write out of bounds: an error naming the tensor.
-void check_dense_run(const Tensor& t, const char* name, std::int64_t first, std::int64_t n) {
-  if (first < 0 || first + n > t.storage()->numel())
-    throw BackendError(
-        fmt::format("{}: the kernel's dense address {}..{} lies outside the tensor's storage of {} "
-                    "elements",
-                    name, first, first + n - 1, t.storage()->numel()));
 }
 
 // The rows of one sequence that a paged (non-extend) kernel computes, written to o and lse.
@@ -1237,6 +1371,17 @@ void AttentionTwin::run(Case& c) const {
   Batch bw = b;
   bw.max_query_len = 1;
   const Plan plw = windowed ? window_twin_->plan(bw) : pl;
+  // ROCM_ATTN: decode rows on the Triton decode kernel unless use_rocm_custom_paged_attention holds; the
+  // custom kernel has no window and is reached with a window only when it is passed as 0 (a window of 1 less
+  // one): its rows see every key.
+  const bool triton_decode = !custom_decode(*b.p, b.max_seq_len);
+  AttentionParams unwindowed;
+  Batch bc = b;
+  if (k_.triton_decode_2d && !triton_decode && b.p->window > 0) {
+    unwindowed = *b.p;
+    unwindowed.window = 0;
+    bc.p = &unwindowed;
+  }
   Panel panel;
   for (std::int64_t s = 0; s < b.num_seqs; ++s) {
     const std::int64_t qlen = b.query_start[s + 1] - b.query_start[s];
@@ -1249,10 +1394,12 @@ void AttentionTwin::run(Case& c) const {
       prefix_prefill_sequence(b, s);
       continue;
     }
-    if (windowed)
+    if (triton_decode)
+      triton_decode_sequence(b, s);
+    else if (windowed)
       window_twin_->paged_sequence(bw, plw, s, panel);
     else
-      paged_sequence(b, pl, s, panel);
+      paged_sequence(bc, pl, s, panel);
   }
 }
 

@@ -1,6 +1,7 @@
 // ROCM_ATTN: vLLM's custom HIP paged-attention decode kernels (csrc/rocm/attention.cu, the gfx9 / MI300
-// path) and their reduce kernel for decode rows; vLLM's Triton prefix prefill (context_attention_fwd) for the
-// rows of sequences with query length > 1 (chunked_prefill_paged_decode).
+// path) and their reduce kernel for decode rows, or vLLM's Triton kernel_paged_attention_2d where
+// use_rocm_custom_paged_attention is false; vLLM's Triton prefix prefill (context_attention_fwd) for the rows
+// of sequences with query length > 1 (chunked_prefill_paged_decode).
 #include "builtin.hpp"
 #include "twin_attention.hpp"
 
@@ -21,6 +22,11 @@ namespace driftcheck::twin {
 // the dots), new-token tiles of 64 keys from the key/value inputs; tl.exp, P rounded to act, masked P (0)
 // times the loaded V (defect masked_p_times_v), the window passed one short (defect window_one_short), rows
 // of NaN logits zeroed (defect nan_row_zeroed), sinks as the initial max; q and o through their strides.
+// Decode rows of batches the custom kernel does not take (a window of 2 or more, sinks, head sizes other than
+// 64/128, GQA above 16; AttnKernel::triton_decode_2d): chunked_prefill_paged_decode.py's
+// kernel_paged_attention_2d at 69f87df, tiles of one page with the tail loaded unmasked (defect
+// paged_2d_tail_unmasked), fp8 dequantised to act, the prefix prefill's softmax step, keys outside the window
+// at the finite logit -10000 (defect window_logit_finite).
 std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   AttnKernel k;
   k.schedule = AttnSchedule::kLl4mi;
@@ -60,14 +66,19 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   k.pp_kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN, DType::kF8E5M2};
   k.window_one_short = true;
   k.nan_row_zeroed = true;
+  k.triton_decode_2d = true;
+  k.window_logit_finite = true;
+  k.paged_2d_tail_unmasked = true;
   k.name_for_reasons = "ROCM_ATTN custom paged kernel";
   TwinInfo i;
   i.name = "cpu.attn.rocm_custom";
   i.description =
       "vLLM ROCM_ATTN: decode rows through the custom paged attention (csrc/rocm/attention.cu: 256-token "
       "partitions, per-warp max, mfma4 warp partials in act with truncating bf16 adds, act partition "
-      "outputs); prefill/extend rows through the Triton prefix prefill (context tiles 32, new-token tiles 64 "
-      "from the key/value inputs, P in act, window one short)";
+      "outputs) or, where use_rocm_custom_paged_attention is false (window, sinks, other head sizes, GQA > "
+      "16), the Triton kernel_paged_attention_2d (page tiles, window logits -10000); prefill/extend rows "
+      "through the Triton prefix prefill (context tiles 32, new-token tiles 64 from the key/value inputs, P "
+      "in act, window one short)";
   // The pin (vllm@0013943)'s csrc/rocm/attention.cu cannot be read here; the code index holds this file at
   // 4388f06 only, so that is the text the twin models, line by line (docs/BACKENDS.md). Likewise the prefix
   // prefill at 53285d99.
@@ -80,20 +91,25 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
       "36-351, context_attention_fwd) for prefill/extend rows; "
       "vllm@69f87df387332b6d414cef3a9f170a20ede400eb vllm/v1/attention/ops/chunked_prefill_paged_decode.py "
       "(context_attention_fwd with skip_decode; ops.paged_attention_rocm for decode rows when "
-      "use_rocm_custom_paged_attention); "
+      "use_rocm_custom_paged_attention, else kernel_paged_attention_2d); "
+      "vllm@e2a00c7b342ab1fd0da0d249d75d2fd9741b58a0 vllm/platforms/rocm.py "
+      "(use_rocm_custom_paged_attention); "
       "vllm@f65b0793565300271712caa1351f0a1311f974f8 vllm/v1/attention/backends/rocm_attn.py";
   i.numerics.p_rounded = true;
   i.numerics.partials_rounded = true;
   // Prefill/extend rows attend the layer's key/value inputs for the new tokens; their fp8 context is
-  // dequantised to act before the dots (decode rows read fp8 exactly: the rounding is declared for prefill
-  // rows only).
+  // dequantised to act before the dots (decode rows on the custom kernel read fp8 exactly: the rounding is
+  // declared for prefill rows; a batch whose decode rows run the Triton decode kernel, which rounds too,
+  // declares it for every row through numerics_for).
   i.numerics.new_kv = NewKv::kInputs;
   i.numerics.kv_dequant_rounded_prefill = true;
   i.supports_summary =
-      "bf16/fp16 q; block_size 16/32; softcap accepted and dropped (as ROCM_ATTN does); decode rows (query "
-      "length 1): KV act or fp8 e4m3 (fn/fnuz), head_dim 64/128, GQA 1..16, no window, no sinks; "
-      "prefill/extend rows: KV act or any fp8, head_dim 32..256 by 32, any GQA, window, sinks, causal, query "
-      "length <= seq_len, k_new/v_new";
+      "bf16/fp16 q; block_size 16/32; softcap accepted and dropped (as ROCM_ATTN does); decode rows on the "
+      "custom kernel (no window past 1, no sinks, head_dim 64/128, GQA 1..16): KV act or fp8 e4m3 (fn/fnuz); "
+      "decode rows on the Triton kernel (the other batches): KV act or any fp8, head_dim 32..256 by 32, any "
+      "GQA, window, sinks, no query length 0; prefill/extend rows: KV act or any fp8, head_dim 32..256 by "
+      "32, "
+      "any GQA, window, sinks, causal, query length <= seq_len, k_new/v_new";
   return make_attention_backend(std::move(i), std::move(k));
 }
 

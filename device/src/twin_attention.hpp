@@ -153,6 +153,26 @@ struct AttnKernel {
   // kernel's -inf guards set every p and alpha to 0: the row writes o = 0 where the math gives NaN. Repaired,
   // the running max propagates NaN.
   bool nan_row_zeroed = false;
+  // ---- ROCM_ATTN's Triton decode kernel (chunked_prefill_paged_decode.py kernel_paged_attention_2d): the
+  // decode rows of a batch for which use_rocm_custom_paged_attention (vllm/platforms/rocm.py, gfx9) is false
+  // (SLIDING_WINDOW > 0, sinks, head sizes other than `head_dims`, GQA ratios above `max_gqa_ratio`,
+  // max_seq_len above `custom_max_seq_len`; the other conditions hold for every case the twin accepts). One
+  // program per (sequence, KV head) over its GQA heads: tiles of one page (BLOCK_SIZE = block_size), fp8 K/V
+  // = act(fp32(kv) * scale), logits fp32(scale) * dot, -inf past seq_len, the prefix prefill's softmax step
+  // (maxnum, -inf guards, P rounded to act, L * alpha + l_j as an FMA), o = act(acc / (L + 1e-10)).
+  bool triton_decode_2d = false;
+  std::int64_t custom_max_seq_len = 128 * 1024;
+  // kernel_paged_attention_2d loads K and V of a whole page with no sequence mask (only the head-size mask),
+  // so the slots of the last page past seq_len enter P.V with P = 0: a NaN or an infinity there (a freed or
+  // never-written slot) makes the row NaN. Repaired, those slots are loaded as 0.
+  bool paged_2d_tail_unmasked = false;
+  // kernel_paged_attention_2d masks a key outside the window with the finite logit -10000, not -inf: it stays
+  // in the running max, the sums and P.V. A tile of keys all outside the window gives them weight 1 (an
+  // infinite or NaN value there makes the row NaN once a later tile's alpha of 0 multiplies it), and a row
+  // whose visible logits lie near -10000 or below gives weight to the keys it must not see (all of it below
+  // about -10090, where exp(s + 10000) underflows). Repaired, a key
+  // outside the window stays out of the softmax and of P.V.
+  bool window_logit_finite = false;
   // What the kernel accepts (supports()).
   std::vector<std::int64_t> block_sizes;  // empty: any multiple of 16
   std::vector<std::int64_t> head_dims;    // empty: any in [min_head_dim, max_head_dim]

@@ -8,10 +8,13 @@ committed. It holds a vLLM tree (or only these files of it) at the commit the tw
   vllm/v1/attention/ops/triton_quant_kv/_helpers.py
   the file under vllm/ that defines fused_dual_rmsnorm_cat
   vllm/v1/attention/ops/prefix_prefill.py (--op prefix_prefill: ROCM_ATTN's prefill/extend kernel)
+  vllm/v1/attention/ops/chunked_prefill_paged_decode.py (--op rocm_attn: ROCM_ATTN's whole attention call, its
+      Triton decode kernel for the batches the custom HIP kernel does not take)
 Only those files run. The other vllm modules they import are replaced by the small stand-ins below (envs,
-logger, platforms, triton_utils, kv_cache_interface), so torch and triton are all the machine needs.
+logger, platforms, triton_utils, kv_cache_interface, _custom_ops), so torch and triton are all the machine
+needs.
 
-    python3 vllm_upstream.py --op attention          # or --op prefix_prefill, --op dual_rmsnorm_cat
+    python3 vllm_upstream.py --op attention   # or --op prefix_prefill, --op rocm_attn, --op dual_rmsnorm_cat
 """
 
 import argparse
@@ -31,12 +34,15 @@ UPSTREAM = pathlib.Path(os.environ.get("DRIFTCHECK_UPSTREAM", HERE.parent.parent
 UNIFIED = "vllm.v1.attention.ops.triton_unified_attention"
 # ROCM_ATTN's prefill/extend kernel (Triton, runs on NVIDIA too): vllm/v1/attention/ops/prefix_prefill.py.
 PREFIX_PREFILL = "vllm.v1.attention.ops.prefix_prefill"
+# ROCM_ATTN's forward: chunked_prefill_paged_decode (prefix prefill for rows of query length > 1, then the decode
+# rows on the custom HIP kernel or the Triton kernel_paged_attention_2d).
+CHUNKED = "vllm.v1.attention.ops.chunked_prefill_paged_decode"
 # TRITON_ATTN's builder: MIN_LAUNCH_GRID_SIZE_2D and the segment count of the 3D path.
 MIN_LAUNCH_GRID_SIZE_2D = 128
 NUM_PAR_SOFTMAX_SEGMENTS = 16
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--op", choices=["attention", "prefix_prefill", "dual_rmsnorm_cat"], required=True)
+parser.add_argument("--op", choices=["attention", "prefix_prefill", "rocm_attn", "dual_rmsnorm_cat"], required=True)
 parser.add_argument("--device", default="cuda")
 args = parser.parse_args()
 
@@ -74,6 +80,10 @@ def install_stand_ins(torch, triton):
         "vllm.triton_utils": {"tl": importlib.import_module("triton.language"), "triton": triton},
         "vllm.v1.kv_cache_interface": {"KVQuantMode": KVQuantMode},
         "vllm.platforms": {"current_platform": Platform(torch)},
+        # chunked_prefill_paged_decode's routing and its custom HIP kernel (not run here: rocm_attn declines the
+        # batches whose decode rows reach it).
+        "vllm.platforms.rocm": {"use_rocm_custom_paged_attention": use_rocm_custom_paged_attention},
+        "vllm._custom_ops": {"paged_attention_rocm": custom_paged_attention_not_run},
     }
     for name, attrs in modules.items():
         m = types.ModuleType(name)
@@ -106,6 +116,23 @@ class Platform:
         return self.torch.float8_e4m3fn
 
 
+def use_rocm_custom_paged_attention(qtype, head_size, block_size, gqa_ratio, max_seq_len, sliding_window,
+                                    kv_cache_dtype, alibi_slopes=None, sinks=None):
+    """vllm/platforms/rocm.py's choice on gfx9 (MI300/MI355), read at e2a00c7: the custom HIP decode kernel
+    takes a batch with SLIDING_WINDOW 0, fp16/bf16 q, head size 64 or 128, block size 16 or 32, GQA 1..16,
+    max_seq_len <= 128K and no sinks (VLLM_ROCM_CUSTOM_PAGED_ATTN on and aiter's paged attention off, their
+    defaults). cpu.attn.rocm_custom routes with the same conditions."""
+    return (sliding_window in (0, (-1, -1)) and qtype in (torch.float16, torch.bfloat16)
+            and head_size in (64, 128) and block_size in (16, 32) and 1 <= gqa_ratio <= 16
+            and max_seq_len <= 128 * 1024 and sinks is None)
+
+
+def custom_paged_attention_not_run(*args, **kwargs):
+    """The custom HIP kernel does not run on this machine: rocm_attn declines every batch whose decode rows it
+    would compute, so a call here is a runner defect."""
+    raise RuntimeError("ops.paged_attention_rocm reached for a batch the runner should have declined")
+
+
 def dual_module():
     """The module under vllm/ that defines fused_dual_rmsnorm_cat (its file moved between releases)."""
     for path in sorted((UPSTREAM / "vllm").rglob("*.py")):
@@ -131,6 +158,8 @@ try:
         kernel_fn = importlib.import_module(UNIFIED).unified_attention
     elif args.op == "prefix_prefill":
         kernel_fn = importlib.import_module(PREFIX_PREFILL).context_attention_fwd
+    elif args.op == "rocm_attn":
+        kernel_fn = importlib.import_module(CHUNKED).chunked_prefill_paged_decode
     else:
         kernel_fn = dual_module().fused_dual_rmsnorm_cat
     torch.set_float32_matmul_precision("highest")  # the glue lse in IEEE fp32, never TF32
@@ -178,15 +207,16 @@ def attention(case):
 def write_lse(case, new_kv_from_inputs=False, softcap=None, window=None):
     """The kernel writes no lse: the runner's own fp32 logsumexp (glue; compare `o` only, --outputs o). It reads
     the keys the kernel reads: the cache, or for a kernel that takes the new tokens' keys from the layer's inputs
-    (new_kv = "inputs", context_attention_fwd) the context from the cache and the new tokens from k_new; softcap
-    and window: the ones the kernel applies (None: the case's; a window of 0 is none)."""
+    (new_kv = "inputs", context_attention_fwd) the context from the cache and the new tokens of sequences with
+    query length > 1 from k_new (decode rows read the cache); softcap and window: the ones the kernel applies
+    (None: the case's; a window of 0 is none)."""
     p = case.params
     group = p.num_q_heads // p.num_kv_heads
     for seq in paged.sequences(case):
         k = paged.gather(case.k_cache, seq, p.block_size)
         if dc.dtypes.is_fp8(case.dtype("k_cache")):
             k = (dc.dtypes.to_float(k, case.dtype("k_cache")) * p.k_scale).to(case.q.dtype)
-        if new_kv_from_inputs:
+        if new_kv_from_inputs and seq.q_len > 1:
             k = torch.cat([k[: seq.seq_len - seq.q_len], case.k_new[seq.q_start : seq.q_end].to(k.dtype)])
         case.lse[seq.q_start : seq.q_end].copy_(paged.lse_fp32(
             case.q[seq.q_start : seq.q_end], k.repeat_interleave(group, dim=1), p.scale,
@@ -211,6 +241,23 @@ def attention_supports(case):
     return None
 
 
+def paged_views(case):
+    """The case's caches as vLLM's paged layout: K [blocks, Hkv, D / x, bs, x], V [blocks, Hkv, D, bs] (views of
+    the case's [blocks, bs, Hkv, D] storage; fp8 caches as uint8, which the ops view as the kv_cache_dtype's fp8
+    type), and that kv_cache_dtype."""
+    kv = case.dtype("k_cache")
+    fp8 = dc.dtypes.is_fp8(kv)
+    kc, vc = case.k_cache.contiguous(), case.v_cache.contiguous()
+    if fp8:
+        kc, vc = kc.view(torch.uint8), vc.view(torch.uint8)
+    blocks, bs, hkv, d = kc.shape
+    x = 16 // kc.element_size()
+    k_cache = kc.view(blocks, bs, hkv, d // x, x).permute(0, 2, 3, 1, 4)
+    v_cache = vc.permute(0, 2, 3, 1)
+    kv_cache_dtype = ("fp8_e5m2" if kv == "fp8_e5m2" else "fp8") if fp8 else "auto"
+    return k_cache, v_cache, kv_cache_dtype
+
+
 def prefix_prefill(case):
     """ROCM_ATTN's prefill/extend rows as chunked_prefill_paged_decode calls context_attention_fwd (vLLM
     rocm_attn.py at f65b079, chunked_prefill_paged_decode.py at 69f87df): the new tokens' K/V from the layer's
@@ -225,19 +272,10 @@ def prefix_prefill(case):
         raise dc.Unsupported("rows of query length <= 1 go to ROCM_ATTN's decode kernel (HIP), not run here")
     if (qlens > seq_lens).any():  # the twin declines these too (cpu.attn.rocm_custom's supports)
         raise dc.Unsupported("query length > seq_len: vLLM schedules no more new tokens than the sequence holds")
-    kv = case.dtype("k_cache")
-    fp8 = dc.dtypes.is_fp8(kv)
-    kc, vc = case.k_cache.contiguous(), case.v_cache.contiguous()
-    if fp8:  # context_attention_fwd views uint8 storage as the kv_cache_dtype's fp8 type
-        kc, vc = kc.view(torch.uint8), vc.view(torch.uint8)
-    blocks, bs, hkv, d = kc.shape
-    x = 16 // kc.element_size()
-    k_cache = kc.view(blocks, bs, hkv, d // x, x).permute(0, 2, 3, 1, 4)  # [blocks, Hkv, D / x, bs, x]
-    v_cache = vc.permute(0, 2, 3, 1)  # [blocks, Hkv, D, bs]
+    k_cache, v_cache, kv_cache_dtype = paged_views(case)
     dev = case.q.device
     scales = [torch.tensor([s], dtype=torch.float32, device=dev) for s in (p.k_scale, p.v_scale)]
-    kernel_fn(q=case.q, k=case.get("k_new"), v=case.get("v_new"), o=case.o,
-              kv_cache_dtype=("fp8_e5m2" if kv == "fp8_e5m2" else "fp8") if fp8 else "auto",
+    kernel_fn(q=case.q, k=case.get("k_new"), v=case.get("v_new"), o=case.o, kv_cache_dtype=kv_cache_dtype,
               k_cache=k_cache, v_cache=v_cache, b_loc=case.block_table, b_start_loc=case.query_start_loc,
               b_seq_len=case.seq_lens, max_seq_len=int(seq_lens.max()), max_input_len=int(qlens.max()),
               k_scale=scales[0], v_scale=scales[1], alibi_slopes=None,
@@ -264,6 +302,49 @@ def prefix_prefill_supports(case):
     return None
 
 
+def rocm_attn(case):
+    """ROCM_ATTN's attention call as RocmAttentionImpl.forward makes it (rocm_attn.py at f65b079):
+    chunked_prefill_paged_decode with the layer's key/value (k_new, v_new; None in a pure decode batch without
+    them), the caches in vLLM's paged layout, sliding_window = window - 1 (-1 without one), no softcap, per-tensor
+    scales as 1-element fp32 tensors, sinks. The function runs the prefix prefill for rows of query length > 1
+    and then the decode kernel use_rocm_custom_paged_attention picks: batches whose decode rows would go to the
+    custom HIP kernel are declined (it does not run here), the others run kernel_paged_attention_2d."""
+    p = case.params
+    seq_lens, qsl = case.host("seq_lens"), case.host("query_start_loc")
+    qlens = qsl[1:] - qsl[:-1]
+    if (qlens > seq_lens).any():  # the twin declines these too (cpu.attn.rocm_custom's supports)
+        raise dc.Unsupported("query length > seq_len: vLLM schedules no more new tokens than the sequence holds")
+    if (qlens > 1).any() and case.get("k_new") is None:
+        raise dc.Unsupported("prefill/extend rows need the layer's key/value inputs (k_new, v_new)")
+    window = p.window - 1 if p.window else -1  # RocmAttentionImpl's (window - 1, 0)[0]
+    custom = use_rocm_custom_paged_attention(case.q.dtype, p.head_dim, p.block_size,
+                                             p.num_q_heads // p.num_kv_heads, int(seq_lens.max()),
+                                             max(window, 0), None, None, case.get("sinks"))
+    if custom and (qlens == 1).any():
+        raise dc.Unsupported("decode rows of this batch go to ROCM_ATTN's custom HIP kernel "
+                             "(use_rocm_custom_paged_attention holds), which does not run here")
+    if not custom and (qlens == 0).any():  # the twin declines these too
+        raise dc.Unsupported("a sequence of query length 0: kernel_paged_attention_2d writes another "
+                             "sequence's output row for it")
+    if custom:  # no decode row: the custom kernel's programs would all return
+        sys.modules["vllm._custom_ops"].paged_attention_rocm = lambda *a, **k: None
+    k_cache, v_cache, kv_cache_dtype = paged_views(case)
+    dev = case.q.device
+    scales = [torch.tensor([s], dtype=torch.float32, device=dev) for s in (p.k_scale, p.v_scale)]
+    try:
+        kernel_fn(query=case.q, key=case.get("k_new"), value=case.get("v_new"), output=case.o,
+                  kv_cache_dtype=kv_cache_dtype, key_cache=k_cache, value_cache=v_cache,
+                  block_table=case.block_table, query_start_loc=case.query_start_loc, seq_lens=case.seq_lens,
+                  max_seq_len=int(seq_lens.max()), max_query_len=int(qlens.max()), k_scale=scales[0],
+                  v_scale=scales[1], alibi_slopes=None, sliding_window=window, sm_scale=p.scale,
+                  output_scale=None, sinks=case.get("sinks"))
+    finally:
+        sys.modules["vllm._custom_ops"].paged_attention_rocm = custom_paged_attention_not_run
+    # Both kernels read the new tokens of prefill rows from k_new, apply no softcap and keep keys with
+    # pos - key < window - 1 (0: no window).
+    write_lse(case, new_kv_from_inputs=True, softcap=0.0, window=p.window - 1 if p.window else 0)
+
+
 def dual_rmsnorm_cat(case):
     case.out.copy_(kernel_fn(case.e, case.h, case.w_e, case.w_h, case.params.eps))
 
@@ -281,6 +362,8 @@ if args.op == "attention":
     dc.attention(attention, tensors="torch", device=args.device, supports=attention_supports)
 elif args.op == "prefix_prefill":
     dc.attention(prefix_prefill, tensors="torch", device=args.device, supports=prefix_prefill_supports)
+elif args.op == "rocm_attn":  # the same backend checks as the prefix prefill's
+    dc.attention(rocm_attn, tensors="torch", device=args.device, supports=prefix_prefill_supports)
 else:
     dc.dual_rmsnorm_cat(dual_rmsnorm_cat, tensors="torch", device=args.device, supports=dual_supports)
 

@@ -281,7 +281,7 @@ void Campaign::run_case(std::uint64_t local) {
   // to the pair's tolerance (per-element tolerances only where there is a pair).
   std::vector<Tolerances> tol;
   if (outputs.size() > 1)
-    for (const auto& [b, out] : outputs) tol.push_back(tolerances(prepared, b->numerics()));
+    for (const auto& [b, out] : outputs) tol.push_back(tolerances(prepared, b->numerics_for(prepared.input)));
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {
       auto& pair =

@@ -54,7 +54,7 @@ std::optional<reports::Heatmap> heatmap(const Backend& named, const CampaignOpti
       worst = std::isnan(m.worst_ratio) ? INFINITY : m.worst_ratio, name = m.output;
   const Tensor& out_t = e.outputs.at(name);
   const auto out = out_t.to_f64(), ref = p.reference.at(name).to_f64();
-  const auto tol = tolerances(p, b.numerics()).at(name);
+  const auto tol = tolerances(p, b.numerics_for(p.input)).at(name);
   const Shape& shape = out_t.shape();
   reports::Heatmap h;
   h.backend = std::string(named.name()), h.op = std::string(op_name(b.op())), h.output = name;

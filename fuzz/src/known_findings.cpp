@@ -141,7 +141,8 @@ std::vector<const KnownFinding*> explain_through_twin(const KnownFindings& known
   if (applicable_findings(known, twin).empty()) return {};
   const Evaluation t = evaluate(twin, prepared, opts);
   if (!is_failure(t.verdict) ||
-      !agrees_with_twin(prepared, failed.outputs, backend.numerics(), t.outputs, twin.numerics()))
+      !agrees_with_twin(prepared, failed.outputs, backend.numerics_for(prepared.input), t.outputs,
+                        twin.numerics_for(prepared.input)))
     return {};
   return explain_failure(known, twin, prepared, opts);
 }

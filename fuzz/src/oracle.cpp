@@ -474,7 +474,7 @@ bool variant_differs(const Backend& b, Case variant, const Case& expected, Verdi
 }
 
 void check_metamorphic(const Backend& b, const PreparedCase& pc, const Case& first, Evaluation& ev) {
-  const Numerics n = b.numerics();
+  const Numerics n = b.numerics_for(pc.input);
   if (n.deterministic && variant_differs(b, pc.input.clone(), first, Verdict::kNondeterministic,
                                          "a second run of the same case differs", ev))
     return;
@@ -627,7 +627,8 @@ std::shared_ptr<const PreparedCase> prepare_from_inputs(const PreparedCase& cach
 }
 
 Evaluation evaluate(const Backend& backend, const PreparedCase& prepared, const EvalOptions& opts) {
-  const PreparedCase& pc = prepared.judged_as(backend.numerics());
+  const Numerics numerics = backend.numerics_for(prepared.input);
+  const PreparedCase& pc = prepared.judged_as(numerics);
   Evaluation ev;
   if (const Support s = backend.supports(pc.input); !s.ok) {
     ev.verdict = Verdict::kUnsupported;
@@ -642,10 +643,9 @@ Evaluation evaluate(const Backend& backend, const PreparedCase& prepared, const 
   }
   for (const auto& name : op_signature(run).outputs) ev.outputs[name] = logical_f64(run.tensor(name));
   ev.verdict = check_storage(pc.input, run, &ev.detail);
-  if (ev.verdict == Verdict::kPass)
-    ev.verdict = check_specials(pc, backend.numerics(), ev.outputs, &ev.detail);
-  measure(pc, backend.numerics(), ev);
-  if (ev.verdict == Verdict::kPass && opts.statistical) check_statistical(pc, backend.numerics(), ev);
+  if (ev.verdict == Verdict::kPass) ev.verdict = check_specials(pc, numerics, ev.outputs, &ev.detail);
+  measure(pc, numerics, ev);
+  if (ev.verdict == Verdict::kPass && opts.statistical) check_statistical(pc, numerics, ev);
   if (ev.verdict == Verdict::kPass && opts.metamorphic) check_metamorphic(backend, pc, run, ev);
   return ev;
 }

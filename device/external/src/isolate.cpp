@@ -22,6 +22,7 @@ class IsolatedBackend final : public Backend {
   bool in_process() const override { return false; }
   OpKind op() const override { return inner_->op(); }
   Numerics numerics() const override { return inner_->numerics(); }
+  Numerics numerics_for(const Case& c) const override { return inner_->numerics_for(c); }
   std::string supports_summary() const override { return inner_->supports_summary(); }
   std::string_view mutates() const override { return inner_->mutates(); }
   std::string_view bug_class() const override { return inner_->bug_class(); }

@@ -114,6 +114,13 @@ class Backend {
   // Writes c's outputs. May be called concurrently from several threads on different cases.
   virtual void run(Case& c) const = 0;
   virtual Numerics numerics() const { return {}; }
+  // The numerics the backend computes one case with: a kernel that picks its path per batch (ROCM_ATTN sends
+  // decode rows to its custom kernel or to a Triton one) declares what the path this case takes does. The
+  // oracle judges a case with these; `numerics()` is what `driftcheck list` shows (the common path).
+  virtual Numerics numerics_for(const Case& c) const {
+    (void)c;
+    return numerics();
+  }
   // Where a backend not built in comes from, for `driftcheck list`: "backends.toml:12; worker: torch 2.11,
   // cuda:0" for an external backend, "out of process (--isolate)" for an isolated one. Empty for built-ins.
   virtual std::string origin() const { return {}; }
