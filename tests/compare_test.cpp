@@ -26,6 +26,24 @@ TEST(Compare, ABackendAgainstItselfIsIdenticalEverywhereItRuns) {
   EXPECT_EQ(count(r, Agreement::kIdentical) + count(r, Agreement::kUnsupported), 20);
 }
 
+// --first starts the stream at a campaign's case index: --first 5 --cases 3 compares cases 5, 6 and 7, the
+// same cases (same classes) as those indices of a run from 0.
+TEST(Compare, FirstStartsTheStreamAtACaseIndex) {
+  CompareOptions o;
+  o.a = o.b = "cpu.dual.fused";
+  o.cases = 3;
+  o.first = 5;
+  o.seed = 3;  // run()'s
+  const CompareResult part = compare_backends(o);
+  ASSERT_EQ(part.cases.size(), 3u);
+  const auto whole = run("cpu.dual.fused", "cpu.dual.fused", 8);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(part.cases[i].index, 5 + i);
+    EXPECT_EQ(part.cases[i].shape_class, whole.cases[5 + i].shape_class);
+    EXPECT_EQ(part.cases[i].agreement, whole.cases[5 + i].agreement);
+  }
+}
+
 TEST(Compare, ClassesSeparateAnExtraRoundingFromAStructuralBug) {
   // One extra rounding before the weight: at most about an ulp from the one-rounding kernel.
   const auto rounding = run("cpu.dual.fused", "mutant.dual.weight_rounded_early", 20);

@@ -56,6 +56,9 @@ Command add_compare_command(CLI::App& app, const CliContext& ctx) {
   cmd->add_option("--seed", args->opts.seed, "case stream seed (default 1)");
   cmd->add_option("--cases", args->opts.cases, "cases to draw (default 200)")->check(at_least(1, false));
   cmd->add_option(
+      "--first", args->opts.first,
+      "index of the first case drawn (default 0): with --cases 1, one campaign case on both backends");
+  cmd->add_option(
          "--outputs", args->opts.outputs,
          "outputs to compare, comma-separated (default: every output; o alone for kernels without lse)")
       ->delimiter(',');

@@ -108,7 +108,7 @@ CompareResult compare_backends(const CompareOptions& opts) {
     throw UsageError(fmt::format("{} runs {} and {} runs {}: nothing to compare", a.name(), op_name(a.op()),
                                  b.name(), op_name(b.op())));
   CompareResult r;
-  for (std::uint64_t k = 0; k < opts.cases; ++k) {
+  for (std::uint64_t k = opts.first; k - opts.first < opts.cases; ++k) {
     const CaseSpec spec = draw_case(a.op(), opts.seed, k).value();
     Case c = materialize(spec);
     c.seed = opts.seed, c.index = k;
@@ -138,8 +138,10 @@ std::string compare_markdown(const CompareOptions& opts, const CompareResult& r)
     ++totals[c.agreement];
     elements += c.elements, identical += c.identical;
   }
-  std::string md =
-      fmt::format("# {} vs {} (seed {}, {} cases)\n\n", opts.a, opts.b, opts.seed, r.cases.size());
+  std::string md = opts.first == 0 ? fmt::format("# {} vs {} (seed {}, {} cases)\n\n", opts.a, opts.b,
+                                                 opts.seed, r.cases.size())
+                                   : fmt::format("# {} vs {} (seed {}, {} cases from case {})\n\n", opts.a,
+                                                 opts.b, opts.seed, r.cases.size(), opts.first);
   md += fmt::format(
       "Compared elements: {}, bit-identical: {} ({:.2f}%).\n\n| agreement | cases |\n|---|---:|\n", elements,
       identical, elements > 0 ? 100.0 * identical / elements : 0.0);

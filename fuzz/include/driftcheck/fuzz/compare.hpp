@@ -43,6 +43,7 @@ struct CompareOptions {
   std::vector<std::string> outputs;  // outputs to compare; empty: every output both write
   std::uint64_t seed = 1;
   std::uint64_t cases = 200;
+  std::uint64_t first = 0;  // the stream's first case index compared (a campaign's case, replayed on both)
   const Registry* backends = nullptr;  // nullptr: registry()
 };
 
