@@ -649,6 +649,14 @@ std::vector<AttentionSpec> attention_specs() {
   td.kv_dtype = DType::kF8E5M2;
   td.params.head_dim = 96;
   v.push_back(td);
+  // ROCM_AITER_FA's windowed extend (extend_for_sliding_window: one pass over the window gathered from the
+  // cache) with fp8 and non-power-of-two scales.
+  AttentionSpec swa = attn_spec(DType::kBF16, DType::kF8E4M3FN, 16);
+  swa.query_lens = {3, 5, 2};
+  swa.params.window = 12;
+  swa.params.k_scale = 0.75;
+  swa.params.v_scale = 1.25;
+  v.push_back(swa);
   AttentionSpec gs = attn_spec(DType::kF16, DType::kF16, 32);
   gs.query_lens = {1, 4, 1};
   gs.params.num_q_heads = 64;
@@ -1371,6 +1379,37 @@ TEST(AttentionTwins, RocmAttnPrefillRunningSumIsAnFma) {
   EXPECT_EQ(run_clone(get("cpu.attn.rocm_custom"), c).tensor("lse").at({0, 0}),
             static_cast<double>(std::log(fused)))
       << "a " << a;
+}
+
+// ROCM_AITER_FA's extend of a windowed layer (extend_for_sliding_window, rocm_aiter_fa.py at 002d0eb6): the
+// last min(seq_len, query length + window) tokens are gathered from the cache, the new tokens included, and
+// attended in one causal pass with window (w - 1, 0). One head of 64, bf16, 4 new tokens after a context of
+// 40, window 3, all logits 0 (q = e_0, keys 0): o is the mean of V[0] over the row's 3 keys. V[0] = key index
+// in the inputs and the context's cache slots, -1000 in the new tokens' cache slots (a real act cache holds
+// the inputs there; the probe tells the two apart). Row 3 (position 43) sees keys 41..43: -1000 from the
+// cache, 42 from the inputs once the defect is repaired; row 0 sees context keys 38, 39 and new token 40: 39
+// repaired.
+TEST(AttentionTwins, AiterFaWindowedExtendAttendsTheWindowGatheredFromTheCache) {
+  AttentionSpec s = builders::one_head(DType::kBF16, 4, 44);
+  s.params.head_dim = 64;
+  s.params.window = 3;
+  s.poison_unused = false;
+  Case c = builders::attention_case(s, 13);
+  for (const char* name : {"k_cache", "v_cache", "q"})
+    c.tensor(name).copy_from(std::vector<double>(static_cast<std::size_t>(c.tensor(name).numel()), 0.0));
+  for (std::int64_t j = 0; j < 4; ++j) c.tensor("q").set({j, 0, 0}, 1.0);
+  for (std::int64_t t = 0; t < 44; ++t) set_cache(c, "v_cache", t, t < 40 ? static_cast<double>(t) : -1000.0);
+  for (const char* name : {"k_new", "v_new"}) c.tensors[name] = Tensor::zeros(DType::kBF16, {4, 1, 64});
+  for (std::int64_t j = 0; j < 4; ++j) c.tensor("v_new").set({j, 0, 0}, static_cast<double>(40 + j));
+  const Backend& b = get("cpu.attn.aiter_fa");
+  ASSERT_TRUE(b.supports(c).ok) << b.supports(c).reason;
+  const Case out = run_clone(b, c);
+  EXPECT_EQ(out.tensor("o").at({3, 0, 0}), -1000.0);
+  const auto fixed = b.without_defects({"swa_new_kv_from_cache"});
+  ASSERT_NE(fixed, nullptr);
+  const Case repaired = run_clone(*fixed, c);
+  EXPECT_EQ(repaired.tensor("o").at({3, 0, 0}), 42.0);
+  EXPECT_EQ(repaired.tensor("o").at({0, 0, 0}), 39.0);
 }
 
 // ROCM_ATTN decode probes: one decode row (query length 1) over `len` keys, one head, scale 1, bf16, head

@@ -165,7 +165,7 @@ class AttentionTwin final : public TwinBackend {
 
  private:
   // The upstream defects the kernel parameters can reproduce (docs/FINDINGS.md names each).
-  static constexpr std::array<DefectSwitch<AttnKernel>, 14> kDefects{{
+  static constexpr std::array<DefectSwitch<AttnKernel>, 15> kDefects{{
       {"softcap_from_exp", &AttnKernel::softcap_from_exp},
       {"page_tail_unmasked", &AttnKernel::page_tail_unmasked},
       {"masked_p_times_v", &AttnKernel::masked_p_times_v},
@@ -180,6 +180,7 @@ class AttentionTwin final : public TwinBackend {
       {"nan_row_zeroed", &AttnKernel::nan_row_zeroed},
       {"window_logit_finite", &AttnKernel::window_logit_finite},
       {"paged_2d_tail_unmasked", &AttnKernel::paged_2d_tail_unmasked},
+      {"swa_new_kv_from_cache", &AttnKernel::swa_new_kv_from_cache},
   }};
 
   Numerics numerics_for(const Case& c) const override;
@@ -217,6 +218,7 @@ class AttentionTwin final : public TwinBackend {
                                  std::vector<float>& p) const;
   float ll4mi_row(const Batch& b, const Plan& pl, const Row& r, float* out) const;
   void extend_sequence(const Batch& b, std::int64_t s) const;
+  void swa_extend_sequence(const Batch& b, std::int64_t s) const;
   void paged_sequence(const Batch& b, const Plan& pl, std::int64_t s, Panel& panel) const;
   void extend_panels(const Batch& b, std::int64_t s, std::int64_t g, Panel& context, Panel& fresh) const;
   void prefix_prefill_sequence(const Batch& b, std::int64_t s) const;
@@ -451,11 +453,8 @@ Support AttentionTwin::supports_extend(const Case& c) const {
           fmt::format("query length {} > seq_len {}: vLLM schedules no more new tokens than the "
                       "sequence holds",
                       ql, lens[s]));
-    if (ctx > 0 && p.window > 0)
-      return Support::no(
-          "sliding window with a context: ROCM_AITER_FA's extend_for_sliding_window path (the "
-          "window's keys gathered from the cache, one causal pass) is not modelled");
-    if (ctx > 0 && ctx > kCpTokensPerIter / extends)
+    // A windowed extend gathers at most query length + window tokens (extend_for_sliding_window): no chunks.
+    if (ctx > 0 && p.window <= 0 && ctx > kCpTokensPerIter / extends)
       return Support::no(
           fmt::format("context of {} tokens: ROCM_AITER_FA gathers contexts longer than {} / {} "
                       "extends in chunks merged pairwise, which the twin does not model",
@@ -1143,6 +1142,59 @@ std::vector<char> nonfinite_rows(const std::vector<float>& x, std::int64_t rows,
   return out;
 }
 
+// One extend (query length > 1 after a context) of a windowed ROCM_AITER_FA layer: extend_for_sliding_window
+// (rocm_aiter_fa.py at 002d0eb6). The builder's swa_seqlen = min(seq_len, query length + window) tokens
+// ending at seq_len are gathered from the paged cache by cp_mha_gather_cache into an act workspace (fp8: the
+// dequantised value cast back to the cache's fp8 and widened, defect context_requantised; act caches as
+// stored), the new tokens included (defect swa_new_kv_from_cache; repaired, their rows from k_new / v_new);
+// then one flash_attn_varlen_func pass, causal (bottom-right aligned) with window (w - 1, 0), no softcap
+// (defect softcap_dropped), written as the output with no merge. aiter drops a left window >= max_seqlen_k,
+// which changes nothing: every gathered key is then within the window.
+void AttentionTwin::swa_extend_sequence(const Batch& b, std::int64_t s) const {
+  const std::int64_t q0 = b.query_start[s], ql = b.query_start[s + 1] - q0;
+  const std::int64_t len = b.seq_lens[static_cast<std::size_t>(s)], w = b.p->window;
+  const std::int64_t gathered = std::min(len, ql + w), first = len - gathered;
+  const float qk_log2 = static_cast<float>(b.p->scale) * kLog2e;
+  const float cap = k_.softcap_dropped ? 0.0f : static_cast<float>(b.p->softcap);
+  const float sc = static_cast<float>(b.p->scale);
+  const DType kv = b.k->dtype();
+  std::vector<float> keys, values, q(static_cast<std::size_t>(b.d));
+  const Shape &qs = b.q->strides(), &os = b.o->strides();
+  for (std::int64_t g = 0; g < b.hkv; ++g) {
+    for (const auto& [cache, scale, input, out] :
+         {std::tuple{b.k, b.p->k_scale, b.k_new, &keys}, std::tuple{b.v, b.p->v_scale, b.v_new, &values}}) {
+      gather_one(b, *cache, scale, s, g, *out, len);
+      out->erase(out->begin(), out->begin() + first * b.d);
+      if (is_fp8(kv)) {
+        const DType to = k_.context_requantised ? kv : b.act;
+        for (float& e : *out) e = static_cast<float>(round_to(to, e * static_cast<float>(scale)));
+      }
+      // The extend mutant's bug is reading the new tokens from the cache: it keeps doing so when the twin's
+      // defect is repaired.
+      if (!k_.swa_new_kv_from_cache && bug_ != AttnBug::kExtendNewKvFromCache) {
+        const Shape& st = input->strides();
+        for (std::int64_t j = 0; j < ql; ++j)
+          load_run(*input->storage(), input->offset() + (q0 + j) * st[0] + g * st[1], st[2], b.d,
+                   out->data() + (gathered - ql + j) * b.d);
+      }
+    }
+    for (std::int64_t h = g * (b.hq / b.hkv); h < (g + 1) * (b.hq / b.hkv); ++h) {
+      for (std::int64_t j = 0; j < ql; ++j) {
+        const std::int64_t tok = q0 + j;
+        load_run(*b.q->storage(), b.q->offset() + tok * qs[0] + h * qs[1], qs[2], b.d, q.data());
+        const std::int64_t hi = gathered - ql + j;  // the row's own position in the gathered window
+        const std::int64_t lo = std::max<std::int64_t>(0, hi - w + 1);
+        const FaPartial r = fa_varlen_row(b.act, q.data(), keys.data(), values.data(), b.d, lo, hi, qk_log2,
+                                          k_.fa_tile, sc, cap);
+        const std::int64_t base = b.o->offset() + tok * os[0] + h * os[1];
+        for (std::int64_t i = 0; i < b.d; ++i)
+          store(*b.o->storage(), base + i * os[2], r.o[static_cast<std::size_t>(i)]);
+        store(*b.lse->storage(), b.lse->index({tok, h}), r.lse);
+      }
+    }
+  }
+}
+
 // A ROCM_ATTN Triton kernel's logit (prefix prefill, Triton decode): fp32(scale) * dot(q, k), the dot in fp32
 // (sequential: the MFMA order is approximated); the backend passes these kernels no softcap (defect
 // softcap_dropped; repaired, c * tanh(s / c)).
@@ -1387,7 +1439,11 @@ void AttentionTwin::run(Case& c) const {
     const std::int64_t qlen = b.query_start[s + 1] - b.query_start[s];
     if (qlen == 0) continue;
     if (k_.aiter_fa_extend && qlen > 1) {
-      extend_sequence(b, s);
+      const bool swa = b.p->window > 0 && b.seq_lens[static_cast<std::size_t>(s)] > qlen;
+      if (swa)
+        swa_extend_sequence(b, s);
+      else
+        extend_sequence(b, s);
       continue;
     }
     if (k_.prefix_prefill && qlen > 1) {

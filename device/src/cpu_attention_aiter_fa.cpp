@@ -17,8 +17,9 @@ namespace driftcheck::twin {
 // `use_unified_attention`), the cpu.attn.aiter_unified_* arithmetic on the 2D path (a window forces it, so no
 // CU count enters). Declined, with the reason: fp8 caches on non-windowed decode rows (the kernel then
 // quantises q and P to fp8 for fp8 MFMAs). Rows of sequences with query length > 1 take the prefill/extend
-// path (AttnKernel::aiter_fa_extend; windowed extends and chunked contexts declined), which vLLM calls
-// without the logits soft cap (defect softcap_dropped).
+// path (AttnKernel::aiter_fa_extend; chunked contexts declined), which vLLM calls without the logits soft cap
+// (defect softcap_dropped); a windowed extend runs extend_for_sliding_window, whose window of keys, new
+// tokens included, is gathered from the cache (defect swa_new_kv_from_cache).
 AttnKernel aiter_fa_kernel() {
   AttnKernel k;
   k.schedule = AttnSchedule::kLl4mi;
@@ -40,6 +41,7 @@ AttnKernel aiter_fa_kernel() {
   k.head_dims = {64, 128, 256};
   k.aiter_fa_extend = true;
   k.context_requantised = true;
+  k.swa_new_kv_from_cache = true;
   k.softcap_dropped = true;
   // fp8 caches: the platform's e4m3 (current_platform.fp8_dtype(): fnuz on MI300, fn on MI355); the unified
   // kernel casts either to act unscaled (exact) and folds k_scale into its logit multiplier.
@@ -62,12 +64,12 @@ TwinInfo aiter_fa_info() {
       "ROCM_AITER_FA decode: aiter paged_attention_v1 (ll4mi mfma16: 256-token partitions, per-warp max, "
       "P and partition outputs in act, reduce with 1e-6), windowed decode on aiter's unified_attention; "
       "prefill/extend: flash_attn_varlen passes on the new tokens' inputs and the re-quantised context, "
-      "merged "
-      "by merge_attn_states";
+      "merged by merge_attn_states; windowed extends: one pass over the window gathered from the cache, new "
+      "tokens included (extend_for_sliding_window)";
   i.provenance =
       "vllm-project/vllm@002d0eb6012db14ad48a6db7abecdc1015f2da5d "
       "vllm/v1/attention/backends/rocm_aiter_fa.py (AiterFlashAttentionImpl.forward, extend_forward, "
-      "cp_mha_gather_cache_kernel); "
+      "extend_for_sliding_window, cp_mha_gather_cache_kernel); "
       "ROCm/aiter@e4048607a535ace3a2b51ded31b1c8c2d45c0879 aiter/ops/attention.py paged_attention_v1, "
       "csrc/cpp_itfs/pa/pa_v1.py, pa_v1.cpp.jinja, pa_kernels.cuh (_paged_attention_kernel, "
       "_paged_attention_ll4mi_reduce_kernel), "
@@ -81,7 +83,7 @@ TwinInfo aiter_fa_info() {
   i.numerics.kv_dequant_rounded = true;
   i.supports_summary =
       "bf16/fp16 q; KV act, or fp8 e4m3 (fn/fnuz) in batches without non-windowed decode rows; block_size "
-      "16/32; head_dim 64/128/256; window (not with a context); softcap; query length <= seq_len; no sinks";
+      "16/32; head_dim 64/128/256; window; softcap; query length <= seq_len; no sinks";
   return i;
 }
 

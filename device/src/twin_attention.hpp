@@ -114,6 +114,12 @@ struct AttnKernel {
   // workspace stores it: a second fp8 rounding (up to 2^-4 relative for e4m3) of every context key and value
   // unless the scale is a power of two. Repaired, the dequantised value is rounded to act once.
   bool context_requantised = false;
+  // With a sliding window an extend runs extend_for_sliding_window instead: the last min(seq_len, query
+  // length + window) tokens gathered from the cache by the same cp_mha_gather_cache (so the new tokens too,
+  // as the cache write stored them: fp8-quantised), then one causal pass with window (w - 1, 0) and no merge.
+  // The new tokens' keys and values are the cache's copies where every other extend and prefill attends the
+  // layer's inputs. Repaired, the new tokens' rows come from k_new / v_new.
+  bool swa_new_kv_from_cache = false;
   std::int64_t fa_tile = 128;  // keys per tile of the FlashAttention passes (CK's kN0 for these head sizes)
   // The backend passes the layer's logits soft cap to none of these kernels' calls, so a softcap case runs
   // uncapped there: with aiter_fa_extend the prefill/extend passes (ROCM_AITER_FA: flash_attn_varlen_func

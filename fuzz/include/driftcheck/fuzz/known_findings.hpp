@@ -6,6 +6,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,9 +47,17 @@ std::vector<const KnownFinding*> applicable_findings(const KnownFindings& known,
 const Backend* twin_of(const Backend& backend);
 // Whether a kernel's outputs on a case are what its twin computed there: every element NaN on both sides or
 // equal, or finite on both and |kernel - twin| <= tol_kernel + tol_twin + 1 ulp of the output's format at
-// the larger magnitude (docs/FINDINGS.md derives it). Outputs the twin did not write disagree.
+// the larger magnitude. With `twin_on_abs_v` (the twin's outputs on the case with |V| in place of V, whose o
+// is sum act(p_i) |v_i| / L over the twin's own weights), in the attention output `o` of a kernel whose P is
+// rounded to act and where the twin itself is beyond its tolerance of the reference (the defect's arithmetic,
+// not the reference's), 2u(1 + u)(1 + 2u) times that is added: the most that weights rounded to the
+// neighbouring act value can move o (docs/FINDINGS.md derives both). Outputs the twin did not write disagree.
 bool agrees_with_twin(const PreparedCase& prepared, const Outputs& kernel, const Numerics& kernel_numerics,
-                      const Outputs& twin, const Numerics& twin_numerics);
+                      const Outputs& twin, const Numerics& twin_numerics,
+                      const Outputs* twin_on_abs_v = nullptr);
+// A backend's outputs on an attention case with every value of V (v_cache, v_new) replaced by its absolute
+// value; nullopt where the backend does not run it.
+std::optional<Outputs> outputs_on_abs_values(const Backend& backend, const Case& c);
 
 // The backend with every applicable known finding's defect repaired, or nullptr when none applies. A mutant
 // repaired this way still carries its own bug: the proof that a mutant is caught runs this backend.
