@@ -303,6 +303,29 @@ TEST(KnownFindings, AKernelFromOutsideIsExplainedThroughItsTwinOnlyWhereItComput
   }
 }
 
+// The one H200 case the strict agreement left unmatched (docs/gpu/h200-4d4623e-run11.md: seed 1, case 863 on
+// ROCM_ATTN's real kernels): the kernel equals the twin except in a few elements of o, worst o[11121] =
+// -0.00262451171875 where the twin has -0.0027313232421875 (7 bf16 ulps, in a row the defects took far from
+// the reference). With that measured value put into the twin's outputs, the strict bound disagrees and the
+// bound for weights rounded the other way agrees.
+TEST(KnownFindings, TheH200CaseOfWeightsRoundedTheOtherWayIsMatched) {
+  const PreparedCase pc = prepare(materialize(draw_case(OpKind::kAttention, 1, 863).value()));
+  const Backend& twin = *registry().find("cpu.attn.rocm_custom");
+  const Evaluation t = evaluate(twin, pc);
+  ASSERT_TRUE(is_failure(t.verdict));
+  const Numerics n = twin.numerics_for(pc.input);
+  std::vector<double> o = t.outputs.at("o").to_f64();
+  ASSERT_EQ(o[11121], -0.0027313232421875);  // the twin's value the H200 run printed
+  o[11121] = -0.00262451171875;              // the kernel's
+  Outputs kernel = t.outputs;
+  kernel.at("o") = kernel.at("o").clone_contiguous();
+  kernel.at("o").copy_from(o);
+  EXPECT_FALSE(agrees_with_twin(pc, kernel, n, t.outputs, n));
+  const auto abs_v = outputs_on_abs_values(twin, pc.input);
+  ASSERT_TRUE(abs_v.has_value());
+  EXPECT_TRUE(agrees_with_twin(pc, kernel, n, t.outputs, n, &*abs_v));
+}
+
 // The agreement bound (docs/FINDINGS.md): both tolerances plus one ulp of the output format where the twin is
 // within its tolerance of the reference; where it is not (the window-one-short replay: rows that see one key
 // fewer), the two executions of the defective arithmetic may also differ by weights rounded to bf16 the other
