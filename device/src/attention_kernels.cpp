@@ -185,6 +185,7 @@ class AttentionTwin final : public TwinBackend {
 
   Numerics numerics_for(const Case& c) const override;
   Support supports_kv(const Case& c) const;
+  std::int64_t passed_window(const AttentionParams& p) const;
   std::int64_t kernel_window(const AttentionParams& p) const;
   bool custom_decode(const AttentionParams& p, std::int64_t max_seq_len) const;
   bool custom_decode(const Case& c) const;
@@ -258,7 +259,7 @@ bool has_decode_sequence(const Case& c) {
 // twin accepts). A twin without the Triton decode path sends every decode row to its one decode kernel.
 bool AttentionTwin::custom_decode(const AttentionParams& p, std::int64_t max_seq_len) const {
   if (!k_.triton_decode_2d) return true;
-  const std::int64_t passed = p.window > 0 && k_.window_one_short ? p.window - 1 : p.window;
+  const std::int64_t passed = passed_window(p);
   const std::int64_t ratio = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
   return passed <= 0 && contains(k_.head_dims, p.head_dim) && contains(k_.block_sizes, p.block_size) &&
          ratio >= 1 && ratio <= k_.max_gqa_ratio && max_seq_len <= k_.custom_max_seq_len && !p.has_sinks;
@@ -271,13 +272,17 @@ bool AttentionTwin::custom_decode(const Case& c) const {
   return custom_decode(c.get<AttentionParams>(), longest);
 }
 
-// The window ROCM_ATTN's Triton kernels apply (SLIDING_WINDOW): the layer's window less one (defect
-// window_one_short), none when that is 0; the window mutant's one wider.
+// The window a twin's backend passes its kernels: ROCM_ATTN's (window - 1, 0)[0], the layer's window less one
+// (defect window_one_short; 0 is none); the layer's window otherwise.
+std::int64_t AttentionTwin::passed_window(const AttentionParams& p) const {
+  return p.window > 0 && k_.window_one_short ? p.window - 1 : p.window;
+}
+
+// The window ROCM_ATTN's Triton kernels apply (SLIDING_WINDOW): the passed window; the window mutant's one
+// wider.
 std::int64_t AttentionTwin::kernel_window(const AttentionParams& p) const {
-  std::int64_t sw = p.window;
-  if (sw > 0 && k_.window_one_short) sw -= 1;
-  if (sw > 0 && bug_ == AttnBug::kWindowOffByOne) sw += 1;
-  return sw;
+  const std::int64_t sw = passed_window(p);
+  return sw > 0 && bug_ == AttnBug::kWindowOffByOne ? sw + 1 : sw;
 }
 
 // ROCM_ATTN: decode rows on the Triton decode kernel dequantise fp8 K/V to act as the prefill rows do, so in
@@ -352,8 +357,7 @@ Support AttentionTwin::supports(const Case& c) const {
         fmt::format("GQA ratio {}: {} supports 1..{}{}", ratio, who, k_.max_gqa_ratio, decode_note));
   // The window the decode kernel is passed: ROCM_ATTN's custom kernel is reached with a window of 1 (passed
   // as 0: no window).
-  const std::int64_t decode_window = p.window > 0 && k_.window_one_short ? p.window - 1 : p.window;
-  if (custom_rows && decode_window > 0 && !k_.window)
+  if (custom_rows && passed_window(p) > 0 && !k_.window)
     return Support::no(fmt::format("sliding window: {} has none{}", who, decode_note));
   if (p.softcap > 0 && !k_.softcap_unmodelled.empty())
     return Support::no(fmt::format("softcap: {}", k_.softcap_unmodelled));
@@ -676,6 +680,26 @@ void AttentionTwin::gather(const Batch& b, const Plan& pl, std::int64_t s, std::
     panel.v_nonfinite[static_cast<std::size_t>(t)] =
         std::any_of(vt, vt + b.d, [](float x) { return !std::isfinite(x); });
   }
+}
+
+// K and V rows as a kernel's dots see them: x = to(fp32(x) * scale) in place, the scales applied as the
+// reference applies them (act caches carry scale 1). `to` is act for the Triton kernels' `.to(q.dtype)`, or
+// the cache's fp8 for cp_mha_gather_cache's re-quantising cast.
+void dequantise_to(DType to, const Batch& b, std::vector<float>& keys, std::vector<float>& values) {
+  const bool act = to == b.act;  // round_act: the same RNE as round_to, on the fast path
+  for (auto [x, scale] : {std::pair{&keys, b.p->k_scale}, std::pair{&values, b.p->v_scale}})
+    for (float& e : *x) {
+      const float v = e * static_cast<float>(scale);
+      e = act ? round_act(to, v) : static_cast<float>(round_to(to, v));
+    }
+}
+
+// Rows [q0, q0 + n) of a new tokens' input (k_new or v_new, [T, Hkv, D]) for KV head g, into dst ([n][d]).
+void load_new_rows(const Tensor& input, std::int64_t q0, std::int64_t n, std::int64_t g, std::int64_t d,
+                   float* dst) {
+  const Shape& st = input.strides();
+  for (std::int64_t j = 0; j < n; ++j)
+    load_run(*input.storage(), input.offset() + (q0 + j) * st[0] + g * st[1], st[2], d, dst + j * d);
 }
 
 // ---- one query row
@@ -1010,14 +1034,7 @@ void AttentionTwin::extend_panels(const Batch& b, std::int64_t s, std::int64_t g
   gather_one(b, *b.k, b.p->k_scale, s, g, context.k, context.rows);
   gather_one(b, *b.v, b.p->v_scale, s, g, context.v, context.rows);
   const DType kv = b.k->dtype();
-  if (is_fp8(kv)) {
-    const DType to = k_.context_requantised ? kv : b.act;
-    const auto requantise = [to](std::vector<float>& x, double scale) {
-      for (float& e : x) e = static_cast<float>(round_to(to, e * static_cast<float>(scale)));
-    };
-    requantise(context.k, b.p->k_scale);
-    requantise(context.v, b.p->v_scale);
-  }
+  if (is_fp8(kv)) dequantise_to(k_.context_requantised ? kv : b.act, b, context.k, context.v);
   fresh.valid = fresh.rows = ql;
   if (bug_ == AttnBug::kExtendNewKvFromCache) {
     // The mutant: the new tokens' rows [ctx, seq_len) read back from their cache slots (what the cache write
@@ -1035,10 +1052,7 @@ void AttentionTwin::extend_panels(const Batch& b, std::int64_t s, std::int64_t g
   }
   for (const auto& [input, out] : {std::pair{b.k_new, &fresh.k}, std::pair{b.v_new, &fresh.v}}) {
     out->resize(static_cast<std::size_t>(ql * b.d));
-    const Shape& st = input->strides();
-    for (std::int64_t j = 0; j < ql; ++j)
-      load_run(*input->storage(), input->offset() + (q0 + j) * st[0] + g * st[1], st[2], b.d,
-               out->data() + j * b.d);
+    load_new_rows(*input, q0, ql, g, b.d, out->data());
   }
 }
 
@@ -1093,6 +1107,19 @@ struct PrefillRow {
   std::vector<float> acc;
 };
 
+// A Triton ROCM_ATTN kernel's row state at its start: acc 0; the sink (fp32, natural units) as the initial
+// max with L = 1 where it is above -inf, else M = -inf, L = 0 (prefix_prefill.py:141-150,
+// chunked_prefill_paged_decode.py:106-115).
+PrefillRow start_row(std::int64_t d, const std::vector<float>& sinks, std::int64_t h) {
+  PrefillRow st;
+  st.acc.assign(static_cast<std::size_t>(d), 0.0f);
+  if (!sinks.empty()) {
+    st.m = sinks[static_cast<std::size_t>(h)];
+    st.l = st.m > kNegInf ? 1.0f : 0.0f;
+  }
+  return st;
+}
+
 // Keys (rows of K and V, `d` wide) of one tile as the kernel loaded them; a row the tile reads past the
 // sequence (masked load) is nullptr, V loaded as 0.
 struct PrefillTile {
@@ -1100,6 +1127,14 @@ struct PrefillTile {
   std::vector<const float*> v;    // V rows, nullptr for a masked load (0)
   std::vector<char> v_nonfinite;  // V row holds a NaN or an infinity
   std::vector<char> masked;       // the row must not see this key (causal, window, past the end)
+
+  // n slots, each masked (logit -inf) with no V (loaded as 0) until filled.
+  void reset(std::int64_t n) {
+    scores.assign(static_cast<std::size_t>(n), kNegInf);
+    v.assign(static_cast<std::size_t>(n), nullptr);
+    v_nonfinite.assign(static_cast<std::size_t>(n), 0);
+    masked.assign(static_cast<std::size_t>(n), 1);
+  }
 };
 
 // One softmax step of _fwd_kernel for one row (prefix_prefill.py:235-266 for the context, 313-334 for the new
@@ -1161,23 +1196,17 @@ void AttentionTwin::swa_extend_sequence(const Batch& b, std::int64_t s) const {
   std::vector<float> keys, values, q(static_cast<std::size_t>(b.d));
   const Shape &qs = b.q->strides(), &os = b.o->strides();
   for (std::int64_t g = 0; g < b.hkv; ++g) {
-    for (const auto& [cache, scale, input, out] :
-         {std::tuple{b.k, b.p->k_scale, b.k_new, &keys}, std::tuple{b.v, b.p->v_scale, b.v_new, &values}}) {
+    for (const auto& [cache, scale, out] :
+         {std::tuple{b.k, b.p->k_scale, &keys}, std::tuple{b.v, b.p->v_scale, &values}}) {
       gather_one(b, *cache, scale, s, g, *out, len);
       out->erase(out->begin(), out->begin() + first * b.d);
-      if (is_fp8(kv)) {
-        const DType to = k_.context_requantised ? kv : b.act;
-        for (float& e : *out) e = static_cast<float>(round_to(to, e * static_cast<float>(scale)));
-      }
-      // The extend mutant's bug is reading the new tokens from the cache: it keeps doing so when the twin's
-      // defect is repaired.
-      if (!k_.swa_new_kv_from_cache && bug_ != AttnBug::kExtendNewKvFromCache) {
-        const Shape& st = input->strides();
-        for (std::int64_t j = 0; j < ql; ++j)
-          load_run(*input->storage(), input->offset() + (q0 + j) * st[0] + g * st[1], st[2], b.d,
-                   out->data() + (gathered - ql + j) * b.d);
-      }
     }
+    if (is_fp8(kv)) dequantise_to(k_.context_requantised ? kv : b.act, b, keys, values);
+    // The extend mutant's bug is reading the new tokens from the cache: it keeps doing so when the twin's
+    // defect is repaired.
+    if (!k_.swa_new_kv_from_cache && bug_ != AttnBug::kExtendNewKvFromCache)
+      for (const auto& [input, out] : {std::pair{b.k_new, &keys}, std::pair{b.v_new, &values}})
+        load_new_rows(*input, q0, ql, g, b.d, out->data() + (gathered - ql) * b.d);
     for (std::int64_t h = g * (b.hq / b.hkv); h < (g + 1) * (b.hq / b.hkv); ++h) {
       for (std::int64_t j = 0; j < ql; ++j) {
         const std::int64_t tok = q0 + j;
@@ -1226,12 +1255,6 @@ void AttentionTwin::prefix_prefill_sequence(const Batch& b, std::int64_t s) cons
   const Shape &qs = b.q->strides(), &os = b.o->strides();
   const auto dot = [&](const float* k) { return triton_logit(b, q.data(), k); };
   PrefillTile tile;
-  const auto reset_tile = [&](std::int64_t n) {
-    tile.scores.assign(static_cast<std::size_t>(n), kNegInf);
-    tile.v.assign(static_cast<std::size_t>(n), nullptr);
-    tile.v_nonfinite.assign(static_cast<std::size_t>(n), 0);
-    tile.masked.assign(static_cast<std::size_t>(n), 1);
-  };
   // Slot i of the tile holds key/value row `row` of (k, v); a masked slot keeps its V (masked P times V).
   const auto put = [&](std::size_t i, const float* k, const float* v, char v_bad, bool visible) {
     tile.v[i] = v;
@@ -1243,31 +1266,19 @@ void AttentionTwin::prefix_prefill_sequence(const Batch& b, std::int64_t s) cons
   for (std::int64_t g = 0; g < b.hkv; ++g) {
     gather_one(b, *b.k, b.p->k_scale, s, g, ctx_k, std::max<std::int64_t>(ctx, 0));
     gather_one(b, *b.v, b.p->v_scale, s, g, ctx_v, std::max<std::int64_t>(ctx, 0));
-    // `(k_load.to(fp32) * k_scale).to(q.dtype)` for fp8; the twins apply the scales to every cache, as the
-    // reference does (act caches are generated with scale 1, where this rounds nothing).
-    for (auto [x, scale] : {std::pair{&ctx_k, b.p->k_scale}, std::pair{&ctx_v, b.p->v_scale}})
-      for (float& e : *x) e = round_act(b.act, e * static_cast<float>(scale));
-    for (const auto& [input, dst] : {std::pair{b.k_new, &new_k}, std::pair{b.v_new, &new_v}}) {
-      const Shape& st = input->strides();
-      for (std::int64_t j = 0; j < ql; ++j)
-        load_run(*input->storage(), input->offset() + (q0 + j) * st[0] + g * st[1], st[2], d,
-                 dst->data() + j * d);
-    }
+    dequantise_to(b.act, b, ctx_k, ctx_v);
+    for (const auto& [input, dst] : {std::pair{b.k_new, &new_k}, std::pair{b.v_new, &new_v}})
+      load_new_rows(*input, q0, ql, g, d, dst->data());
     const std::vector<char> ctx_bad = nonfinite_rows(ctx_v, std::max<std::int64_t>(ctx, 0), d);
     const std::vector<char> new_bad = nonfinite_rows(new_v, ql, d);
     for (std::int64_t h = 0; h < b.hq; ++h) {
       if (kv_head(b, h) != g) continue;
       for (std::int64_t j = 0; j < ql; ++j) {
         load_run(*b.q->storage(), b.q->offset() + (q0 + j) * qs[0] + h * qs[1], qs[2], d, q.data());
-        PrefillRow st;
-        st.acc.assign(static_cast<std::size_t>(d), 0.0f);
-        if (!b.sinks.empty()) {
-          st.m = b.sinks[static_cast<std::size_t>(h)];
-          st.l = st.m > kNegInf ? 1.0f : 0.0f;
-        }
+        PrefillRow st = start_row(d, b.sinks, h);
         // Context: every key below ctx, no causal mask; the window measured from the row's position ctx + j.
         for (std::int64_t t0 = 0; t0 < ctx; t0 += k_.pp_ctx_tile) {
-          reset_tile(k_.pp_ctx_tile);
+          tile.reset(k_.pp_ctx_tile);
           for (std::int64_t t = t0; t < std::min(t0 + k_.pp_ctx_tile, ctx); ++t) {
             put(static_cast<std::size_t>(t - t0), ctx_k.data() + t * d, ctx_v.data() + t * d,
                 ctx_bad[static_cast<std::size_t>(t)], !(sw > 0 && ctx + j - t >= sw));
@@ -1278,7 +1289,7 @@ void AttentionTwin::prefix_prefill_sequence(const Batch& b, std::int64_t s) cons
         const std::int64_t block_end = (j / k_.pp_block_m + 1) * k_.pp_block_m;
         const std::int64_t hi = j + (bug_ == AttnBug::kCausalOffByOne ? 1 : 0);
         for (std::int64_t n0 = 0; n0 < block_end; n0 += k_.pp_block_n) {
-          reset_tile(k_.pp_block_n);
+          tile.reset(k_.pp_block_n);
           for (std::int64_t n = n0; n < std::min(n0 + k_.pp_block_n, ql); ++n) {
             put(static_cast<std::size_t>(n - n0), new_k.data() + n * d, new_v.data() + n * d,
                 new_bad[static_cast<std::size_t>(n)], !(n > hi || (sw > 0 && j - n >= sw)));
@@ -1329,26 +1340,16 @@ void AttentionTwin::triton_decode_sequence(const Batch& b, std::int64_t s) const
   for (std::int64_t g = 0; g < b.hkv; ++g) {
     gather_one(b, *b.k, b.p->k_scale, s, g, keys, loaded);
     gather_one(b, *b.v, b.p->v_scale, s, g, values, loaded);
-    // `(K_load.to(fp32) * k_scale).to(Q.dtype)` for fp8 (act caches carry scale 1: nothing rounds).
-    for (auto [x, scale] : {std::pair{&keys, b.p->k_scale}, std::pair{&values, b.p->v_scale}})
-      for (float& e : *x) e = round_act(b.act, e * static_cast<float>(scale));
+    dequantise_to(b.act, b, keys, values);
     const std::vector<char> bad = nonfinite_rows(values, loaded, d);
     for (std::int64_t h = 0; h < b.hq; ++h) {
       if (kv_head(b, h) != g) continue;
       const std::int64_t q_at = b.q->offset() + tok * qs[0] + h * qs[1];
       check_dense_run(*b.q, "q", q_at, d);
       load_run(*b.q->storage(), q_at, 1, d, q.data());
-      PrefillRow st;
-      st.acc.assign(static_cast<std::size_t>(d), 0.0f);
-      if (!b.sinks.empty()) {
-        st.m = b.sinks[static_cast<std::size_t>(h)];
-        st.l = st.m > kNegInf ? 1.0f : 0.0f;
-      }
+      PrefillRow st = start_row(d, b.sinks, h);
       for (std::int64_t t0 = 0; t0 < loaded; t0 += bs) {
-        tile.scores.assign(static_cast<std::size_t>(bs), kNegInf);
-        tile.v.assign(static_cast<std::size_t>(bs), nullptr);
-        tile.v_nonfinite.assign(static_cast<std::size_t>(bs), 0);
-        tile.masked.assign(static_cast<std::size_t>(bs), 1);
+        tile.reset(bs);
         // A slot whose V stays nullptr is out of P.V (loaded as 0, or masked by a repair); every other slot
         // is multiplied with its P, masked (logit -inf, P = 0) or not.
         for (std::int64_t t = t0; t < t0 + bs; ++t) {
