@@ -58,6 +58,10 @@ TEST(Flags, ValuesThatMakeNoCampaignAreExitTwoAndCreateNothing) {
   expect_bad_input(
       {"replay", "--seed", "1", "--case", "-1", "--op", "rmsnorm", "--backend", "cpu.rmsnorm.cuda"},
       {"--case"});
+  expect_bad_input({"compare", "cpu.dual.fused", "cpu.dual.fused", "--first", "-3"},
+                   {"--first", "not a non-negative integer"});
+  expect_bad_input({"compare", "cpu.dual.fused", "cpu.dual.fused", "--seed", "-1"},
+                   {"--seed", "not a non-negative integer"});
   EXPECT_FALSE(fs::exists(out));
 }
 

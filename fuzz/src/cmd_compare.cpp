@@ -53,11 +53,12 @@ Command add_compare_command(CLI::App& app, const CliContext& ctx) {
       "compare", "two backends on the same generated cases, bit for bit (a twin against its real kernel)");
   cmd->add_option("a", args->opts.a, "first backend (e.g. the real kernel, ext.<name>)")->required();
   cmd->add_option("b", args->opts.b, "second backend (e.g. its twin, cpu.attn.triton_unified)")->required();
-  cmd->add_option("--seed", args->opts.seed, "case stream seed (default 1)");
+  cmd->add_option("--seed", args->opts.seed, "case stream seed (default 1)")->check(uint64_text());
   cmd->add_option("--cases", args->opts.cases, "cases to draw (default 200)")->check(at_least(1, false));
   cmd->add_option(
-      "--first", args->opts.first,
-      "index of the first case drawn (default 0): with --cases 1, one campaign case on both backends");
+         "--first", args->opts.first,
+         "index of the first case drawn (default 0): with --cases 1, one campaign case on both backends")
+      ->check(uint64_text());
   cmd->add_option(
          "--outputs", args->opts.outputs,
          "outputs to compare, comma-separated (default: every output; o alone for kernels without lse)")
