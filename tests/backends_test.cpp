@@ -458,6 +458,8 @@ TEST(AttentionSupport, RestrictedKernelsDeclineWithTheirReason) {
 // inputs, fp8 caches on decode rows that reach paged_attention_v1 (q and P quantised to fp8 there). Softcap
 // runs (paged_attention_v1's LogitsSoftCap, the unified kernel's on windowed decode, dropped on prefill and
 // extend), and fp8 windowed decode (the unified kernel).
+Case with_new_kv(const AttentionSpec& s, std::uint64_t seed);
+
 TEST(AttentionSupport, AiterFaDeclinesThePathsItDoesNotModel) {
   AttentionSpec decode = attn_spec(DType::kBF16, DType::kBF16, 16);
   decode.query_lens = {1, 1, 1};
@@ -475,7 +477,6 @@ TEST(AttentionSupport, AiterFaDeclinesThePathsItDoesNotModel) {
          s.query_lens = {3, 1, 2};
        },
        "extend path"},
-      {[](AttentionSpec& s) { s.kv_dtype = DType::kF8E4M3FNUZ; }, "quantises q and P to fp8"},
       {[](AttentionSpec& s) { s.params.has_sinks = true; }, "sinks"},
       {[](AttentionSpec& s) { s.params.head_dim = 96; }, "64, 128 and 256"},
   };
@@ -484,6 +485,22 @@ TEST(AttentionSupport, AiterFaDeclinesThePathsItDoesNotModel) {
     edit(s);
     EXPECT_TRUE(reason_has(supports("cpu.attn.aiter_fa", s), reason)) << reason;
   }
+  // fp8 decode rows run paged_attention_v1's fp8 MFMAs, which convert q to the cache's fp8 without a clamp:
+  // a q beyond the format's range (240 for e4m3fnuz) is declined, one inside it runs; a prefill row's q
+  // never reaches that conversion.
+  AttentionSpec fp8 = decode;
+  fp8.kv_dtype = DType::kF8E4M3FNUZ;
+  Case c = builders::attention_case(fp8, 1);
+  EXPECT_TRUE(get("cpu.attn.aiter_fa").supports(c).ok);
+  c.tensor("q").set({1, 0, 3}, 240.0);
+  EXPECT_TRUE(get("cpu.attn.aiter_fa").supports(c).ok);
+  c.tensor("q").set({1, 0, 3}, -248.0);
+  EXPECT_TRUE(reason_has(get("cpu.attn.aiter_fa").supports(c), "beyond fp8_e4m3fnuz's largest value 240"));
+  AttentionSpec mixed = fp8;
+  mixed.query_lens = {1, 3, 1};
+  Case m = with_new_kv(mixed, 1);
+  m.tensor("q").set({2, 0, 0}, 1000.0);  // a token of the sequence with query length 3
+  EXPECT_TRUE(get("cpu.attn.aiter_fa").supports(m).ok) << get("cpu.attn.aiter_fa").supports(m).reason;
 }
 
 // The case of spec s with the new tokens' K/V inputs (k_new, v_new) derived from its caches, as generated
@@ -676,8 +693,10 @@ double finite_max_abs(const Tensor& t) {
 // Tolerance from the declared numerics, per element of o, relative to the largest |v| the row can mix (o is a
 // convex combination of V rows): P rounded costs u, a rounded partial output u, the output rounding u |o|.
 // KV dequantised to the activation dtype perturbs every logit by at most u * scale * sum_i |q_i k_i| <= u *
-// scale * |q|_1 * max|k| (times k_scale), which moves the softmax weights by at most twice that; V rounded
-// costs another u. 1e-5 covers fp32 arithmetic (exp, sums of at most a few hundred terms).
+// scale * |q|_1 * max|k| (times k_scale), which moves the softmax weights by at most expm1(2x) that; V
+// rounded costs another u. fp8 MFMAs (decode rows of an fp8 cache: q and P rounded to the cache's fp8, unit
+// roundoff u8, half-subnormal s8) perturb every logit by at most (u8 |q|_1 + s8 D) * scale * max|k| and P by
+// u8 relative or s8 absolute per key. 1e-5 covers fp32 arithmetic (exp, sums of at most a few hundred terms).
 struct AttnBound {
   double o, lse;
 };
@@ -698,9 +717,13 @@ AttnBound attention_bound(const Numerics& n, const Case& c) {
   const DType kv = c.tensor("k_cache").dtype();
   const bool dequant_rounds = (n.kv_dequant_rounded || n.kv_dequant_rounded_prefill) &&
                               (kv != c.tensor("o").dtype() || p.k_scale != 1.0 || p.v_scale != 1.0);
-  const double dlogit = dequant_rounds ? u * p.scale * qmax_l1 * kmax : 0.0;
+  const bool fp8_mfma = n.fp8_mfma_decode && is_fp8(kv);
+  const double u8 = fp8_mfma ? unit_roundoff(kv) : 0.0, s8 = fp8_mfma ? 0.5 * ulp(kv, 0.0) : 0.0;
+  const double keys = static_cast<double>(c.tensor("block_table").size(1) * p.block_size);
+  const double dlogit = (dequant_rounds ? u * p.scale * qmax_l1 * kmax : 0.0) +
+                        (u8 * qmax_l1 + s8 * static_cast<double>(p.head_dim)) * p.scale * kmax;
   const double o = vmax * ((n.p_rounded ? u : 0) + (n.partials_rounded ? u : 0) + (dequant_rounds ? u : 0) +
-                           2 * dlogit + 1e-5);
+                           u8 + keys * s8 + std::expm1(2 * dlogit) + 1e-5);
   return {o, dlogit + 1e-5};
 }
 
@@ -1412,6 +1435,47 @@ TEST(AttentionTwins, AiterFaWindowedExtendAttendsTheWindowGatheredFromTheCache) 
   EXPECT_EQ(repaired.tensor("o").at({0, 0, 0}), 39.0);
 }
 
+// ROCM_AITER_FA's paged_attention_v1 with an fp8 cache runs QK and P.V on fp8 MFMAs (pa_kernels.cuh:378-411,
+// 623-651, 775-804 at aiter@e4048607): q and the normalised P are converted to the cache's fp8 first. One
+// decode row over two keys, scale 1: q[0] = 1.1 (bf16 1.1015625; e4m3fnuz 1.125), k[0] = -0.75 and 0, so the
+// logits are -0.84375 and 0; the weights 0.30074 and 0.69926, which e4m3 holds as 0.3125 and 0.6875. V is
+// e_0 for the first key and e_1 for the second, so o[0] and o[1] are the weights the P.V MFMA used, and
+// lse = log(1 + e^(logit)) shows q's rounding. With a bf16 cache q stays 1.1015625 (logit -0.826171875) and
+// the first weight 0.304455 is rounded to bf16, 0.3046875.
+TEST(AttentionTwins, AiterFaFp8DecodeConvertsQAndPToTheCacheFormat) {
+  AttentionSpec s = builders::one_head(DType::kBF16, 1, 2);
+  s.kv_dtype = DType::kF8E4M3FNUZ;
+  s.params.head_dim = 64;
+  s.params.k_scale = s.params.v_scale = 1.0;
+  Case c = builders::attention_case(s, 3);
+  for (const char* name : {"q", "k_cache", "v_cache"}) {
+    Tensor& t = c.tensor(name);
+    t.copy_from(std::vector<double>(static_cast<std::size_t>(t.numel()), 0.0));
+  }
+  c.tensor("q").set({0, 0, 0}, 1.1);
+  const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({0, 0}));
+  c.tensor("k_cache").set({page, 0, 0, 0}, -0.75);
+  c.tensor("v_cache").set({page, 0, 0, 0}, 1.0);
+  c.tensor("v_cache").set({page, 1, 0, 1}, 1.0);
+  const Backend& b = get("cpu.attn.aiter_fa");
+  ASSERT_TRUE(b.supports(c).ok) << b.supports(c).reason;
+  EXPECT_TRUE(b.numerics_for(c).fp8_mfma_decode);
+  const Case out = run_clone(b, c);
+  EXPECT_EQ(out.tensor("o").at({0, 0, 0}), 0.3125);
+  EXPECT_EQ(out.tensor("o").at({0, 0, 1}), 0.6875);
+  EXPECT_NEAR(out.tensor("lse").at({0, 0}), std::log1p(std::exp(-0.84375)), 1e-6);
+  EXPECT_GT(std::fabs(out.tensor("lse").at({0, 0}) - std::log1p(std::exp(-0.826171875))), 1e-3);
+  // The same row with a bf16 cache keeps q and P in act.
+  AttentionSpec act = s;
+  act.kv_dtype = DType::kBF16;
+  Case a = builders::attention_case(act, 3);
+  for (const char* name : {"q", "k_cache", "v_cache"}) a.tensor(name).copy_from(c.tensor(name).to_f64());
+  EXPECT_FALSE(b.numerics_for(a).fp8_mfma_decode);
+  const Case out_act = run_clone(b, a);
+  EXPECT_EQ(out_act.tensor("o").at({0, 0, 0}), 0.3046875);
+  EXPECT_NEAR(out_act.tensor("lse").at({0, 0}), std::log1p(std::exp(-0.826171875)), 1e-6);
+}
+
 // ROCM_ATTN decode probes: one decode row (query length 1) over `len` keys, one head, scale 1, bf16, head
 // size `d` (32 takes the Triton decode kernel whatever the window: use_rocm_custom_paged_attention needs
 // 64/128), block size `bs`; q is e_0, every key and value 0 except what a test sets (a logit is k[0] of its
@@ -1689,7 +1753,8 @@ TEST(Mutants, ExceedTheToleranceTheirTwinPasses) {
     EXPECT_GT(norm_ratio(m, m.numerics(), cases.at(std::string(name)), &where), 1.0) << name;
   }
   for (const Backend* m : registry().match("mutant.attn.*", true)) {
-    EXPECT_GT(attention_ratio(*m, m->numerics(), cases.at(std::string(m->name())), &where), 1.0) << m->name();
+    const Case& c = cases.at(std::string(m->name()));
+    EXPECT_GT(attention_ratio(*m, m->numerics_for(c), c, &where), 1.0) << m->name();
   }
 }
 

@@ -277,13 +277,14 @@ TEST(BackendsFile, AttentionNumericsFieldsAreRead) {
 p_rounded = true
 partials_rounded = true
 kv_dequant_rounded_prefill = true
+fp8_mfma_decode = true
 new_kv = "inputs"
 block_permutation_invariant = false
 )"),
                                            scratch() / "f.toml", registry());
   ASSERT_EQ(declared.size(), 1u);
   const Numerics& n = declared[0].numerics;
-  EXPECT_TRUE(n.p_rounded && n.partials_rounded && n.kv_dequant_rounded_prefill);
+  EXPECT_TRUE(n.p_rounded && n.partials_rounded && n.kv_dequant_rounded_prefill && n.fp8_mfma_decode);
   EXPECT_FALSE(n.kv_dequant_rounded);
   EXPECT_EQ(n.new_kv, NewKv::kInputs);
   EXPECT_FALSE(n.block_permutation_invariant);
@@ -293,6 +294,11 @@ block_permutation_invariant = false
   const auto like = load_backends_text(attention("numerics = \"like:cpu.attn.rocm_custom\"\n"),
                                        scratch() / "g.toml", registry());
   EXPECT_TRUE(like.at(0).numerics.kv_dequant_rounded_prefill);
+  EXPECT_FALSE(like.at(0).numerics.fp8_mfma_decode);
+  // ROCM_AITER_FA's decode kernel runs fp8 MFMAs: its twin's numerics carry the flag to a kernel like it.
+  const auto fa = load_backends_text(attention("numerics = \"like:cpu.attn.aiter_fa\"\n"),
+                                     scratch() / "fa.toml", registry());
+  EXPECT_TRUE(fa.at(0).numerics.fp8_mfma_decode);
   // twin names the CPU twin known findings reach this kernel through (known_findings.hpp).
   const auto twin = load_backends_text(
       attention("numerics = \"like:cpu.attn.rocm_custom\"\ntwin = \"cpu.attn.rocm_custom\"\n"),

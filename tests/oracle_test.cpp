@@ -159,6 +159,49 @@ TEST(Oracle, KvDequantRoundedPrefillScopesTheTermToPrefillRows) {
   EXPECT_GT(tolerance(l, all, 4, 0.0), tolerance(l, none, 4, 0.0));
 }
 
+// fp8_mfma_decode (aiter paged_attention_v1's fp8 MFMAs: q and P rounded to the cache's fp8 first) widens the
+// decode rows' tolerances and no extend row's. A kernel that attends exactly with the decode row's q rounded
+// to the cache's e4m3 passes with the declaration and fails without it: q's rounding (up to 2^-4 relative)
+// moves the logits far beyond what fp32 arithmetic may.
+TEST(Oracle, Fp8MfmaDecodeCoversQRoundedToTheCacheFormatInDecodeRowsOnly) {
+  const Case c = materialize(fp8_extend_spec());
+  const PreparedCase pc = prepare(c);
+  const std::size_t decode_row = 4 * 32;  // token 0 (the decode sequence): 4 heads of 32
+  Numerics none, fp8;
+  fp8.fp8_mfma_decode = true;
+  const ErrorModel& m = pc.model.at("o");
+  const auto ref = pc.reference.at("o").to_f64();
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (i < decode_row)
+      EXPECT_GT(tolerance(m, fp8, i, ref[i]), tolerance(m, none, i, ref[i])) << i;
+    else
+      EXPECT_EQ(tolerance(m, fp8, i, ref[i]), tolerance(m, none, i, ref[i])) << i;
+  }
+  EXPECT_GT(tolerance(pc.model.at("lse"), fp8, 0, 0.0), tolerance(pc.model.at("lse"), none, 0, 0.0));
+  EXPECT_EQ(tolerance(pc.model.at("lse"), fp8, 4, 0.0), tolerance(pc.model.at("lse"), none, 4, 0.0));
+  const DType kv = c.tensor("k_cache").dtype();
+  const auto q_rounded = [kv](Case& x) {
+    Case rounded = x.clone();
+    Tensor& q = rounded.tensor("q");
+    const Tensor& qsl = x.tensor("query_start_loc");
+    for (std::int64_t s = 0; s + 1 < qsl.numel(); ++s) {
+      const auto t = static_cast<std::int64_t>(qsl.at({s}));
+      if (qsl.at({s + 1}) - qsl.at({s}) != 1) continue;  // the decode sequences' rows only
+      for (std::int64_t h = 0; h < q.size(1); ++h)
+        for (std::int64_t d = 0; d < q.size(2); ++d) q.set({t, h, d}, round_to(kv, q.at({t, h, d})));
+    }
+    const Outputs exact = reference(rounded);
+    for (const auto& [name, t] : exact) x.tensor(name).copy_from(t.to_f64());
+  };
+  std::size_t moved = 0;
+  for (std::int64_t d = 0; d < 32; ++d)
+    moved += round_to(kv, c.tensor("q").at({0, 0, d})) != c.tensor("q").at({0, 0, d});
+  ASSERT_GT(moved, 16U);
+  const Evaluation with = evaluate(FnBackend(OpKind::kAttention, q_rounded, fp8), pc);
+  EXPECT_EQ(with.verdict, Verdict::kPass) << with.detail;
+  EXPECT_EQ(evaluate(FnBackend(OpKind::kAttention, q_rounded), pc).verdict, Verdict::kBeyondTolerance);
+}
+
 // Where the inputs equal the cache (bf16 cache, or no prefill/extend sequence) the two semantics are one:
 // no second reference is computed.
 TEST(Oracle, NewKvFromInputsNeedsNoSecondReferenceWhereTheyEqualTheCache) {

@@ -62,6 +62,8 @@ struct Plan {
   float qk_mul;   // logits = qk_mul * dot(q, k)
   float softcap;  // natural units; 0: none
   float v_mul;    // applied to the output (scale-after kernels) or 1
+  // ll4mi with fp8 MFMAs (AttnKernel::fp8_mfma and an fp8 cache): q and P rounded to this format; kF32: none.
+  DType mfma_fp8 = DType::kF32;
   // Unified (kTiled) kernels: the launcher's choices.
   bool split = false;     // the 3D (split-KV) path
   std::int64_t tile = 0;  // KV tile of the chosen path
@@ -189,6 +191,9 @@ class AttentionTwin final : public TwinBackend {
   std::int64_t kernel_window(const AttentionParams& p) const;
   bool custom_decode(const AttentionParams& p, std::int64_t max_seq_len) const;
   bool custom_decode(const Case& c) const;
+  // Whether a decode row of the case runs this twin's own ll4mi kernel (ROCM_AITER_FA: without a window;
+  // windowed decode rows run the unified kernel).
+  bool reaches_ll4mi_decode(const Case& c) const;
   float triton_logit(const Batch& b, const float* q, const float* k) const;
   void triton_decode_sequence(const Batch& b, std::int64_t s) const;
   Support supports_extend(const Case& c) const;
@@ -252,6 +257,11 @@ bool has_decode_sequence(const Case& c) {
   return false;
 }
 
+bool AttentionTwin::reaches_ll4mi_decode(const Case& c) const {
+  return k_.schedule == AttnSchedule::kLl4mi && has_decode_sequence(c) &&
+         !(k_.windowed_decode && c.get<AttentionParams>().window > 0);
+}
+
 // use_rocm_custom_paged_attention (vllm/platforms/rocm.py, gfx9 branch, read at e2a00c7) for a batch, as
 // chunked_prefill_paged_decode evaluates it: the SLIDING_WINDOW it is passed (window - 1 from ROCM_ATTN) is
 // 0, head size 64/128, block size 16/32, GQA 1..16, max_seq_len <= 128K, no sinks (q bf16/fp16, the
@@ -293,6 +303,12 @@ Numerics AttentionTwin::numerics_for(const Case& c) const {
   if (k_.triton_decode_2d && c.op == OpKind::kAttention && c.has("seq_lens") && c.has("query_start_loc") &&
       has_decode_sequence(c) && !custom_decode(c))
     n.kv_dequant_rounded = true;
+  // ROCM_AITER_FA declares fp8 MFMAs for its decode rows (the error model's term is 0 outside fp8 decode
+  // rows); a case says whether they happen: an fp8 cache, and decode rows on paged_attention_v1 (a windowed
+  // batch's run the unified kernel, which keeps q and P in act).
+  if (n.fp8_mfma_decode && c.op == OpKind::kAttention && c.has("query_start_loc") && c.has("k_cache") &&
+      (!is_fp8(c.tensor("k_cache").dtype()) || !reaches_ll4mi_decode(c)))
+    n.fp8_mfma_decode = false;
   return n;
 }
 
@@ -303,13 +319,27 @@ Support AttentionTwin::supports_kv(const Case& c) const {
   if (kv == c.tensor("o").dtype()) return Support::yes();
   if (!is_fp8(kv))
     return Support::no(fmt::format("KV cache {}: {} reads the activation dtype or fp8", dtype_name(kv), who));
-  // ROCM_AITER_FA: fp8 decode rows reach paged_attention_v1's fp8 path only without a window (windowed decode
-  // runs the unified kernel, modelled).
-  const bool pa_v1_decode =
-      !k_.aiter_fa_extend ||
-      (has_decode_sequence(c) && !(k_.windowed_decode && c.get<AttentionParams>().window > 0));
-  if (!k_.fp8_unmodelled.empty() && pa_v1_decode)
-    return Support::no(fmt::format("KV cache {}: {}", dtype_name(kv), k_.fp8_unmodelled));
+  // ROCM_AITER_FA: fp8 decode rows reach paged_attention_v1's fp8 MFMAs only without a window (windowed
+  // decode runs the unified kernel). q is converted to fp8 there without a clamp: what the conversion makes
+  // of a value beyond the format's range is not modelled.
+  if (k_.fp8_mfma && reaches_ll4mi_decode(c)) {
+    const FloatFormat f = float_format_of(kv);
+    const Tensor& q = c.tensor("q");
+    const std::vector<double> qv = q.to_f64();
+    const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
+    const auto row = static_cast<std::size_t>(q.numel() / std::max<std::int64_t>(q.size(0), 1));
+    for (std::size_t s = 0; s + 1 < qsl.size(); ++s) {
+      if (qsl[s + 1] - qsl[s] != 1) continue;
+      for (std::size_t i = 0; i < row; ++i) {
+        const double x = qv[static_cast<std::size_t>(qsl[s]) * row + i];
+        if (std::isinf(x) || std::fabs(x) > max_finite(f))
+          return Support::no(fmt::format(
+              "q element {} of decode token {} is {}, beyond {}'s largest value {}: {} converts q to the "
+              "cache's fp8 without a clamp (v_cvt_pk_fp8_f32), an overflow the twin does not model",
+              i, qsl[s], x, dtype_name(kv), max_finite(f), who));
+      }
+    }
+  }
   // ROCM_ATTN: decode rows go to the custom paged kernel (kv_dtypes) or the Triton decode kernel, prefill
   // rows to the Triton prefix prefill (both pp_kv_dtypes); a batch needs every kernel it reaches to read its
   // cache.
@@ -616,6 +646,7 @@ Plan AttentionTwin::plan(const Batch& b) const {
   pl.softcap =
       bug_ == AttnBug::kSoftcapMissing || dropped ? 0.0f : static_cast<float>(b.p->softcap * cap_fold);
   pl.v_mul = static_cast<float>(after ? b.p->v_scale : 1.0);
+  if (k_.fp8_mfma && is_fp8(b.k->dtype())) pl.mfma_fp8 = b.k->dtype();
   return pl;
 }
 
@@ -938,9 +969,11 @@ Ll4miPartition AttentionTwin::ll4mi_partition(const Batch& b, const Plan& pl, co
         std::fma(warp_sum[static_cast<std::size_t>(w)], warp_scale[static_cast<std::size_t>(w)], part.sum);
   }
   const float inv = 1.0f / (part.sum + kSumBias);
-  for (std::int64_t t = begin; t < end; ++t)
-    at(t) =
-        round_act(b.act, at(t) * (inv * warp_scale[static_cast<std::size_t>((t - begin) / k_.warp_tokens)]));
+  // P to act by from_floatx4, or (fp8 MFMAs) to the cache's fp8 by v_cvt_pk_fp8_f32 (pa_kernels.cuh:596-651).
+  for (std::int64_t t = begin; t < end; ++t) {
+    const float x = at(t) * (inv * warp_scale[static_cast<std::size_t>((t - begin) / k_.warp_tokens)]);
+    at(t) = pl.mfma_fp8 == DType::kF32 ? round_act(b.act, x) : static_cast<float>(round_to(pl.mfma_fp8, x));
+  }
   const bool per_warp = k_.warp_partials_in_act && mfma4;
   std::vector<float> acc(static_cast<std::size_t>(b.d), 0.0f);
   part.out.assign(static_cast<std::size_t>(b.d), 0.0f);
@@ -1403,6 +1436,9 @@ void AttentionTwin::paged_sequence(const Batch& b, const Plan& pl, std::int64_t 
         const std::int64_t q_at = b.q->offset() + tok * qs[0] + h * (dense ? b.d : qs[1]);
         if (dense) check_dense_run(*b.q, "q", q_at, b.d);
         load_run(*b.q->storage(), q_at, dense ? 1 : qs[2], b.d, q.data());
+        // fp8 MFMAs: q * q_scale (1) converted to the cache's fp8 (pa_kernels.cuh:378-411).
+        if (pl.mfma_fp8 != DType::kF32)
+          for (float& x : q) x = static_cast<float>(round_to(pl.mfma_fp8, x));
         const float lse = compute_row(b, pl, make_row(b, q.data(), panel, s, j), h, out.data());
         const std::int64_t o_at =
             dense ? b.o->offset() + (tok * b.hq + h) * b.d : b.o->offset() + tok * os[0] + h * os[1];

@@ -15,8 +15,9 @@ namespace driftcheck::twin {
 // block with P = 0 (defect page_tail_unmasked); q and o addressed as dense heads (defect
 // heads_addressed_dense). Decode rows of a windowed case: aiter's unified_attention (rocm_aiter_fa.py
 // `use_unified_attention`), the cpu.attn.aiter_unified_* arithmetic on the 2D path (a window forces it, so no
-// CU count enters). Declined, with the reason: fp8 caches on non-windowed decode rows (the kernel then
-// quantises q and P to fp8 for fp8 MFMAs). Rows of sequences with query length > 1 take the prefill/extend
+// CU count enters). With an fp8 cache the decode kernel runs QK and P.V on fp8 MFMAs: q and the normalised P
+// converted to the cache's fp8 (AttnKernel::fp8_mfma; a q beyond the format's range is declined, its
+// unclamped conversion not modelled). Rows of sequences with query length > 1 take the prefill/extend
 // path (AttnKernel::aiter_fa_extend; chunked contexts declined), which vLLM calls without the logits soft cap
 // (defect softcap_dropped); a windowed extend runs extend_for_sliding_window, whose window of keys, new
 // tokens included, is gathered from the cache (defect swa_new_kv_from_cache).
@@ -51,9 +52,7 @@ AttnKernel aiter_fa_kernel() {
   unified.e5m2_read_as_e4m3 = false;  // no e5m2 cache reaches ROCM_AITER_FA (its kv_dtypes above)
   k.windowed_decode = std::make_shared<const AttnKernel>(std::move(unified));
   k.name_for_reasons = "ROCM_AITER_FA paged_attention_v1";
-  k.fp8_unmodelled =
-      "ROCM_AITER_FA's paged_attention_v1 (decode rows without a window) quantises q and P to fp8 for fp8 "
-      "MFMAs with an fp8 cache; the twin does not model that path (batches without such rows run)";
+  k.fp8_mfma = true;
   return k;
 }
 
@@ -62,7 +61,8 @@ TwinInfo aiter_fa_info() {
   i.name = "cpu.attn.aiter_fa";
   i.description =
       "ROCM_AITER_FA decode: aiter paged_attention_v1 (ll4mi mfma16: 256-token partitions, per-warp max, "
-      "P and partition outputs in act, reduce with 1e-6), windowed decode on aiter's unified_attention; "
+      "P and partition outputs in act; fp8 caches: q and P to fp8 for fp8 MFMAs; reduce with 1e-6), windowed "
+      "decode on aiter's unified_attention; "
       "prefill/extend: flash_attn_varlen passes on the new tokens' inputs and the re-quantised context, "
       "merged by merge_attn_states; windowed extends: one pass over the window gathered from the cache, new "
       "tokens included (extend_for_sliding_window)";
@@ -81,9 +81,12 @@ TwinInfo aiter_fa_info() {
   // fp8 extend: the gathered context is dequantised and stored in the act workspace before the dots (the
   // rounding a correct gather makes; the fp8 re-quantisation beyond it is the defect context_requantised).
   i.numerics.kv_dequant_rounded = true;
+  // fp8 decode rows: q and P converted to the cache's fp8 for fp8 MFMAs (numerics_for clears it for batches
+  // whose decode rows run the unified kernel: a window).
+  i.numerics.fp8_mfma_decode = true;
   i.supports_summary =
-      "bf16/fp16 q; KV act, or fp8 e4m3 (fn/fnuz) in batches without non-windowed decode rows; block_size "
-      "16/32; head_dim 64/128/256; window; softcap; query length <= seq_len; no sinks";
+      "bf16/fp16 q; KV act or fp8 e4m3 (fn/fnuz; decode rows' q within its range); block_size 16/32; "
+      "head_dim 64/128/256; window; softcap; query length <= seq_len; no sinks";
   return i;
 }
 

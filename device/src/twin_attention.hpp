@@ -78,6 +78,11 @@ struct AttnKernel {
   // are taken as dense and o as contiguous. A q with padded heads is misread and a strided o miswritten (into
   // its padding and other rows). Repaired, q and o are read and written through their strides.
   bool heads_addressed_dense = false;
+  // aiter's paged_attention_v1 with an fp8 cache runs QK and P.V on fp8 MFMAs: q (times q_scale, which vLLM
+  // never passes: 1) and the normalised P are converted to the cache's fp8 format by v_cvt_pk_fp8_f32 (RNE)
+  // and K, V enter as stored; k_scale scales the logits, v_scale the partition output. Without it (vLLM's
+  // custom kernel) fp8 K/V are widened to act exactly and q, P stay in act.
+  bool fp8_mfma = false;
   // ---- unified (kTiled) kernels
   UnifiedLaunch launch = UnifiedLaunch::kVllm;
   int split_segments = 0;                   // vLLM 3D path: segments per sequence (0: never split)
@@ -194,7 +199,6 @@ struct AttnKernel {
   std::string causal_reason;     // why non-causal is rejected ("unified_attention asserts causal")
   // Paths of the real kernel the twin does not model: when set, such cases are unsupported with this reason
   // (the twin declines rather than model them wrongly).
-  std::string fp8_unmodelled;         // fp8 KV caches
   std::string softcap_unmodelled;     // a logit softcap
   std::string long_query_unmodelled;  // query length > max_query_len
 };

@@ -437,22 +437,25 @@ double inf_log_weight(const std::vector<double>& weight, double z, const std::ve
 // sum_d |q_d k_td|, S = max |logit|, the softmax weights exp(logit - m) and their sum z (a sink included).
 // The dot products run over all keys at once, d by d: each key's sums keep the order of d.
 struct RowLogits {
-  std::vector<double> weight, dot, mag;
-  double g_max = 0, s_max = 0, z = 0;
+  std::vector<double> weight, dot, mag, k1;
+  double g_max = 0, s_max = 0, z = 0, k1_max = 0;  // k1_max = max_t sum_d |k_td|
 
   void compute(const Attn& a, const std::vector<double>& q, const HeadKV& kv, std::int64_t lo,
                std::int64_t hi, std::int64_t h) {
     const auto first = static_cast<std::size_t>(lo), n = static_cast<std::size_t>(hi - lo);
     dot.assign(n, 0.0);
     mag.assign(n, 0.0);
+    k1.assign(n, 0.0);
     for (std::size_t d = 0; d < q.size(); ++d) {
       const double qd = q[d], *k = kv.k_row(d) + first;
       for (std::size_t j = 0; j < n; ++j) {
         const double x = qd * k[j];
         dot[j] += x;
         mag[j] += std::fabs(x);
+        k1[j] += std::fabs(k[j]);
       }
     }
+    k1_max = n == 0 ? 0.0 : *std::max_element(k1.begin(), k1.end());
     const double ks = std::fabs(a.p.scale);
     double m =
         a.p.has_sinks ? a.sinks[static_cast<std::size_t>(h)] : -std::numeric_limits<double>::infinity();
@@ -507,12 +510,19 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
   o.dtype = a.act;
   lse.dtype = DType::kF32;
   const std::size_t n_o = c.tensor("o").numel() > 0 ? static_cast<std::size_t>(c.tensor("o").numel()) : 0;
-  for (auto* v : {&o.base, &o.p_rounding, &o.kv_dequant_rounding, &o.partials_rounding, &o.baseline,
-                  &o.typical_p, &o.typical_kv, &o.variance_p, &o.variance_kv})
+  for (auto* v :
+       {&o.base, &o.p_rounding, &o.kv_dequant_rounding, &o.partials_rounding, &o.baseline, &o.typical_p,
+        &o.typical_kv, &o.variance_p, &o.variance_kv, &o.fp8_mfma_rounding, &o.fp8_logit_error})
     v->assign(n_o, 0);
+  // fp8 MFMAs (Numerics::fp8_mfma_decode): q and P rounded to the cache's format, u8 its unit roundoff, sub8
+  // half its smallest subnormal.
+  const double u8 = fp8 ? unit_roundoff(a.kv) : 0.0, sub8 = fp8 ? 0.5 * ulp(a.kv, 0.0) : 0.0;
+  o.fp8_p_underflow = sub8;
   o.inf_log_weight.assign(n_o, -std::numeric_limits<double>::infinity());
   const std::size_t n_l = n_o / std::max<std::size_t>(dim, 1);
-  for (auto* v : {&lse.base, &lse.p_rounding, &lse.kv_dequant_rounding, &lse.baseline}) v->assign(n_l, 0);
+  for (auto* v :
+       {&lse.base, &lse.p_rounding, &lse.kv_dequant_rounding, &lse.baseline, &lse.fp8_mfma_rounding})
+    v->assign(n_l, 0);
   // Which rows belong to prefill/extend sequences (query length > 1): Numerics::kv_dequant_rounded_prefill.
   o.prefill_row.assign(n_o, 0);
   lse.prefill_row.assign(n_l, 0);
@@ -547,9 +557,13 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
         const auto n = hi - lo;
         const double ds = (gamma(a.p.head_dim, kU32) + 4 * kU32) * g_max + 8 * kU32 * (s_max + a.p.softcap);
         const double dk = fp8 ? ua * g_max + std::fabs(a.p.scale) * q1 * sub : 0.0;
+        // q rounded to fp8 (decode rows): |q^_d - q_d| <= u8 |q_d| + sub8, so every logit moves by at most
+        // |scale| sum_d (u8 |q_d| + sub8) |k_td| (k dequantised: k_scale is applied after the dot).
+        const bool decode = fp8 && lse.prefill_row[row] == 0;
+        const double dq = decode ? u8 * g_max + std::fabs(a.p.scale) * sub8 * rl.k1_max : 0.0;
         double row_naive = 0;
         const double c_base = (5.0 * static_cast<double>(n) + 32) * kU32;
-        const LogitError e1(ds), e2(ds + dk);
+        const LogitError e1(ds), e2(ds + dk), e1q(ds + dq), e3(ds + dk + dq);
         const double grow = std::exp(std::min(4 * (ds + dk), 700.0));
         for (std::size_t d = 0; d < dim; ++d) {
           const double mw = wv.mw[d], vmax = wv.vmax[d], v_lo = wv.v_lo[d], v_hi = wv.v_hi[d],
@@ -568,6 +582,19 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
           o.kv_dequant_rounding[i] =
               fp8 ? ua * m2 + sub + (sr.shift(e2) - sr.shift(e1)) + (c_base + 2 * ua) * (m2 - m1) : 0.0;
           o.partials_rounding[i] = ua * m1 + sub;
+          if (decode) {
+            // fp8 MFMAs: the logits are off by dq more, on top of ds (Ta) or of ds + dk when the KV term is
+            // declared too (Tb; shift is convex but capped by the hull, so neither alone covers both); the
+            // relative terms of base, P, partials and V (c_base + 3 u_a) grow with the magnitude; P rounded
+            // to fp8 adds u8 per weight and sub8 absolute per key (in partition-normalised units, <= 1 of the
+            // global weight).
+            const double m1q = sr.magnitude(e1q), m3 = sr.magnitude(e3);
+            const double rel = c_base + 3 * ua, per_key = static_cast<double>(n) * sub8 * vmax;
+            const double ta = (sr.shift(e1q) - sr.shift(e1)) + rel * (m1q - m1) + u8 * m1q + per_key;
+            const double tb = (sr.shift(e3) - sr.shift(e2)) + rel * (m3 - m2) + u8 * m3 + per_key;
+            o.fp8_mfma_rounding[i] = std::max(ta, tb);
+            o.fp8_logit_error[i] = dq;
+          }
           // Statistical tier (section 9): the same terms split into what stays worst case and the rounding
           // errors taken as independent, mean zero, each within u_a of its weight (hypothesis H). P rounded:
           // c_t = u_a p~_t (|v_td| + |o_d|) (kernels normalise by the sum of unrounded or of rounded P);
@@ -588,6 +615,7 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
         lse.base[row] = ds + (2.0 * static_cast<double>(n) + 16) * kU32 + 2 * kU32 * lse_mag;
         lse.p_rounding[row] = ua;
         lse.kv_dequant_rounding[row] = dk;
+        lse.fp8_mfma_rounding[row] = dq;
         if (std::isfinite(nv_l[row]) && std::isfinite(ref_l[row]))
           lse.baseline[row] = std::fabs(nv_l[row] - ref_l[row]);
       });

@@ -204,10 +204,18 @@ double p_underflow(const Numerics& n, DType act) {
   return n.p_rounded ? std::max(fp32, 0.5 * ulp(act, 0.0)) : fp32;
 }
 
-// NaN where the reference is an infinity whose weight a conforming kernel may underflow: 0 * inf.
+// NaN where the reference is an infinity whose weight a conforming kernel may underflow: 0 * inf. With fp8
+// MFMAs (decode rows of an fp8 cache) P is rounded to the fp8 format, 0 below half its smallest subnormal,
+// and q's rounding moves the logits by fp8_logit_error more (the weight by up to exp(2 e) more).
 bool underflowed_infinity(const ErrorModel& m, const Numerics& n, std::size_t i, double r, double v) {
-  return std::isinf(r) && std::isnan(v) && i < m.inf_log_weight.size() &&
-         m.inf_log_weight[i] < std::log(p_underflow(n, m.dtype));
+  if (!std::isinf(r) || !std::isnan(v) || i >= m.inf_log_weight.size()) return false;
+  double floor = p_underflow(n, m.dtype), slack = 0;
+  if (n.fp8_mfma_decode && i < m.fp8_logit_error.size() && m.fp8_p_underflow > 0 &&
+      m.fp8_logit_error[i] > 0) {
+    floor = std::max(floor, m.fp8_p_underflow);
+    slack = 2 * m.fp8_logit_error[i];
+  }
+  return m.inf_log_weight[i] - slack < std::log(floor);
 }
 
 Verdict check_specials(const PreparedCase& pc, const Numerics& n, const Outputs& outs, std::string* detail) {
@@ -601,6 +609,7 @@ double tolerance(const ErrorModel& m, const Numerics& n, std::size_t i, double r
   if (n.p_rounded) d += term(m.p_rounding);
   if (kv_dequant_applies(m, n, i)) d += term(m.kv_dequant_rounding);
   if (n.partials_rounded) d += term(m.partials_rounding);
+  if (n.fp8_mfma_decode) d += term(m.fp8_mfma_rounding);
   return std::max(d + 0.5 * ulp(m.dtype, std::fabs(ref) + d), 2 * term(m.baseline));
 }
 

@@ -85,6 +85,8 @@ Element attention_element(const ErrorModel& m, const Numerics& n, std::size_t i,
   if (n.p_rounded) s += term(m.typical_p), v += term(m.variance_p);
   if (kv_dequant_applies(m, n, i)) s += term(m.typical_kv), v += term(m.variance_kv);
   if (n.partials_rounded) s += term(m.partials_rounding);
+  // fp8 MFMAs: taken whole as systematic (q's rounding moves every logit of a row alike, P's is not split).
+  if (n.fp8_mfma_decode) s += term(m.fp8_mfma_rounding);
   const auto [lo, hi] = rounding_interval(m.dtype, out);
   const double d = std::max({0.0, lo - ref, ref - hi});
   if (d <= s) return {1, s, std::sqrt(v)};

@@ -116,7 +116,7 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
   const toml::table& t = r.table(n, "numerics");
   r.only(t,
          {"like", "output_roundings", "p_rounded", "partials_rounded", "kv_dequant_rounded",
-          "kv_dequant_rounded_prefill", "new_kv", "deterministic", "batch_invariant",
+          "kv_dequant_rounded_prefill", "fp8_mfma_decode", "new_kv", "deterministic", "batch_invariant",
           "block_permutation_invariant"},
          "numerics");
   d.numerics_source = "declared";
@@ -135,6 +135,7 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
       {"partials_rounded", &x.partials_rounded},
       {"kv_dequant_rounded", &x.kv_dequant_rounded},
       {"kv_dequant_rounded_prefill", &x.kv_dequant_rounded_prefill},
+      {"fp8_mfma_decode", &x.fp8_mfma_decode},
       {"deterministic", &x.deterministic},
       {"batch_invariant", &x.batch_invariant},
       {"block_permutation_invariant", &x.block_permutation_invariant}};

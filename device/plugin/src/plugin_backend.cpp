@@ -75,7 +75,8 @@ bool same_numerics(const Numerics& a, const Numerics& b) {
          a.deterministic == b.deterministic && a.batch_invariant == b.batch_invariant &&
          a.block_permutation_invariant == b.block_permutation_invariant &&
          // Not in the C ABI (a plugin always has the defaults): a file declaring them for a plugin disagrees.
-         a.kv_dequant_rounded_prefill == b.kv_dequant_rounded_prefill && a.new_kv == b.new_kv;
+         a.kv_dequant_rounded_prefill == b.kv_dequant_rounded_prefill && a.new_kv == b.new_kv &&
+         a.fp8_mfma_decode == b.fp8_mfma_decode;
 }
 
 // The dlopen handle; closed after the instance is destroyed.

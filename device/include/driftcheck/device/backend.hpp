@@ -80,6 +80,10 @@ struct Numerics {
   // The same rounding in the rows of sequences with query length > 1 only (prefill/extend): ROCM_ATTN's
   // Triton prefix prefill dequantises the fp8 context to act, its decode kernel reads fp8 exactly.
   bool kv_dequant_rounded_prefill = false;
+  // attention, rows of decode sequences (query length 1) with an fp8 cache: QK and P.V on fp8 MFMAs, so q
+  // (times q_scale, 1 when none is passed) and P are converted to the cache's fp8 format first (aiter
+  // paged_attention_v1); K and V enter as stored, k_scale after QK, v_scale after P.V.
+  bool fp8_mfma_decode = false;
   // attention: where the kernel reads the new tokens' K/V (case.hpp NewKv): the reference, the naive baseline
   // and the error model it is judged with read the same source.
   NewKv new_kv = NewKv::kCache;

@@ -70,7 +70,7 @@ struct Evaluation {
 // with Numerics n is
 //   d = base + (n.output_roundings - 1) * intermediate + [n.p_rounded] p_rounding
 //       + [n.kv_dequant_rounded, or n.kv_dequant_rounded_prefill in a prefill row] kv_dequant_rounding
-//       + [n.partials_rounded] partials_rounding
+//       + [n.partials_rounded] partials_rounding + [n.fp8_mfma_decode] fp8_mfma_rounding
 //   tol = max(d + 0.5 * ulp(dtype, |ref| + d), 2 * baseline)
 struct ErrorModel {
   DType dtype = DType::kF32;         // the output's storage format
@@ -82,7 +82,12 @@ struct ErrorModel {
   // attention: 1 where the element's row belongs to a sequence with query length > 1 (prefill/extend), else 0
   std::vector<std::uint8_t> prefill_row;
   std::vector<double>
-      partials_rounding;         // attention: split-KV partial outputs stored in the activation dtype
+      partials_rounding;  // attention: split-KV partial outputs stored in the activation dtype
+  // attention, decode rows with an fp8 cache (0 elsewhere): q and P rounded to the cache's fp8 format before
+  // fp8 MFMAs (Numerics::fp8_mfma_decode). fp8_logit_error is the bound q's rounding puts on every logit of
+  // the element's row; fp8_p_underflow the weight below which the fp8 P may be 0 (0 without an fp8 cache).
+  std::vector<double> fp8_mfma_rounding, fp8_logit_error;
+  double fp8_p_underflow = 0;
   std::vector<double> baseline;  // attention: the naive baseline's error scale (FlashAttention's rule)
   // attention, where the reference element of o is +-inf: the natural log of the smallest weight a kernel may
   // give the strongest key carrying that infinity (its normalised weight moved by the logit error bound);
