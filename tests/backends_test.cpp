@@ -1435,6 +1435,43 @@ TEST(AttentionTwins, AiterFaWindowedExtendAttendsTheWindowGatheredFromTheCache) 
   EXPECT_EQ(repaired.tensor("o").at({0, 0, 0}), 39.0);
 }
 
+// ROCM_AITER_FA gathers an extend's context in chunks of _CP_TOKENS_PER_ITER_ROCM / num_extends = 32768 / 64
+// = 512 tokens when 64 extends share the batch (rocm_aiter_fa.py at 002d0eb6: the builder's
+// max_context_chunk, extend_forward's chunk loop), attends each chunk in its own pass and merges the chunk
+// outputs in order with merge_attn_states into an act output. Sequence 0: 2 new tokens after 1024 context
+// tokens, all logits 0 (q = 0), V[0] 1 except one key per chunk (2.203125 in chunk 0, 4.59375 in chunk 1):
+// the chunk means 1.00235 and 1.00703 round to bf16 1 and 1.0078125, and their merge 1.00390625 ties to 1;
+// one pass over the 1024 keys rounds their mean 1.00468 to 1.0078125. The new token's V[0] is 1 and weighs
+// 1/1025. With the other 63 sequences decodes (one extend: one chunk) the same sequence gives 1.0078125: the
+// backend's output for a sequence depends on how many extends share its batch (declared: not batch
+// invariant for such a batch).
+TEST(AttentionTwins, AiterFaExtendContextInChunksOfTheBatchsShare) {
+  const auto run_o = [](std::int64_t other_query_len) {
+    AttentionSpec s = builders::one_head(DType::kBF16, 2, 1026);
+    s.params.head_dim = 64;
+    s.poison_unused = false;
+    for (int x = 0; x < 63; ++x) {
+      s.query_lens.push_back(other_query_len);
+      s.seq_lens.push_back(3);
+    }
+    Case c = builders::attention_case(s, 17);
+    for (const char* name : {"k_cache", "v_cache", "q"})
+      c.tensor(name).copy_from(std::vector<double>(static_cast<std::size_t>(c.tensor(name).numel()), 0.0));
+    const std::int64_t tokens = c.tensor("q").size(0);
+    for (const char* name : {"k_new", "v_new"})
+      c.tensors[name] = Tensor::zeros(DType::kBF16, {tokens, 1, 64});
+    for (std::int64_t t = 0; t < 1024; ++t)
+      set_cache(c, "v_cache", t, t == 100 ? 2.203125 : t == 700 ? 4.59375 : 1.0);
+    c.tensor("v_new").set({0, 0, 0}, 1.0);
+    const Backend& b = get("cpu.attn.aiter_fa");
+    EXPECT_TRUE(b.supports(c).ok) << b.supports(c).reason;
+    EXPECT_EQ(b.numerics_for(c).batch_invariant, other_query_len == 1);
+    return run_clone(b, c).tensor("o").at({0, 0, 0});
+  };
+  EXPECT_EQ(run_o(2), 1.0);        // 64 extends: two chunks of 512, merged in bf16
+  EXPECT_EQ(run_o(1), 1.0078125);  // one extend: one pass over the context
+}
+
 // ROCM_AITER_FA's paged_attention_v1 with an fp8 cache runs QK and P.V on fp8 MFMAs (pa_kernels.cuh:378-411,
 // 623-651, 775-804 at aiter@e4048607): q and the normalised P are converted to the cache's fp8 first. One
 // decode row over two keys, scale 1: q[0] = 1.1 (bf16 1.1015625; e4m3fnuz 1.125), k[0] = -0.75 and 0, so the

@@ -257,6 +257,23 @@ bool has_decode_sequence(const Case& c) {
   return false;
 }
 
+// Whether ROCM_AITER_FA splits some extend's context into more than one chunk: contexts above
+// _CP_TOKENS_PER_ITER_ROCM / num_extends (the extends: query length > 1 with a context), none with a window
+// (extend_for_sliding_window gathers at most query length + window tokens in one pass).
+bool extend_chunks(const Case& c) {
+  if (c.get<AttentionParams>().window > 0) return false;
+  const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
+  const std::vector<std::int32_t> lens = load_ints(c.tensor("seq_lens"));
+  std::int64_t extends = 0, longest = 0;
+  for (std::size_t s = 0; s + 1 < qsl.size() && s < lens.size(); ++s) {
+    const std::int64_t ql = qsl[s + 1] - qsl[s];
+    if (ql <= 1 || lens[s] <= ql) continue;
+    ++extends;
+    longest = std::max<std::int64_t>(longest, lens[s] - ql);
+  }
+  return extends > 0 && longest > kCpTokensPerIter / extends;
+}
+
 bool AttentionTwin::reaches_ll4mi_decode(const Case& c) const {
   return k_.schedule == AttnSchedule::kLl4mi && has_decode_sequence(c) &&
          !(k_.windowed_decode && c.get<AttentionParams>().window > 0);
@@ -306,6 +323,11 @@ Numerics AttentionTwin::numerics_for(const Case& c) const {
   // ROCM_AITER_FA declares fp8 MFMAs for its decode rows (the error model's term is 0 outside fp8 decode
   // rows); a case says whether they happen: an fp8 cache, and decode rows on paged_attention_v1 (a windowed
   // batch's run the unified kernel, which keeps q and P in act).
+  // ROCM_AITER_FA gathers an extend's context in chunks of 32768 / (extends in the batch) tokens and merges
+  // them in act: a sequence whose context exceeds its batch's chunk has outputs that depend on the batch.
+  if (k_.aiter_fa_extend && c.op == OpKind::kAttention && c.has("query_start_loc") && c.has("seq_lens") &&
+      extend_chunks(c))
+    n.batch_invariant = false;
   if (n.fp8_mfma_decode && c.op == OpKind::kAttention && c.has("query_start_loc") && c.has("k_cache") &&
       (!is_fp8(c.tensor("k_cache").dtype()) || !reaches_ll4mi_decode(c)))
     n.fp8_mfma_decode = false;
@@ -468,9 +490,6 @@ Support AttentionTwin::supports_extend(const Case& c) const {
   const auto& p = c.get<AttentionParams>();
   const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
   const std::vector<std::int32_t> lens = load_ints(c.tensor("seq_lens"));
-  std::int64_t extends = 0;
-  for (std::size_t s = 0; s < lens.size(); ++s)
-    extends += qsl[s + 1] - qsl[s] > 1 && lens[s] > qsl[s + 1] - qsl[s];
   for (std::size_t s = 0; s < lens.size(); ++s) {
     const std::int64_t ql = qsl[s + 1] - qsl[s], ctx = lens[s] - ql;
     if (ql <= 1) continue;
@@ -487,12 +506,6 @@ Support AttentionTwin::supports_extend(const Case& c) const {
           fmt::format("query length {} > seq_len {}: vLLM schedules no more new tokens than the "
                       "sequence holds",
                       ql, lens[s]));
-    // A windowed extend gathers at most query length + window tokens (extend_for_sliding_window): no chunks.
-    if (ctx > 0 && p.window <= 0 && ctx > kCpTokensPerIter / extends)
-      return Support::no(
-          fmt::format("context of {} tokens: ROCM_AITER_FA gathers contexts longer than {} / {} "
-                      "extends in chunks merged pairwise, which the twin does not model",
-                      ctx, kCpTokensPerIter, extends));
   }
   return Support::yes();
 }
@@ -1100,6 +1113,16 @@ void AttentionTwin::extend_sequence(const Batch& b, std::int64_t s) const {
   // vLLM passes the passes no logits_soft_cap (defect softcap_dropped); repaired, they cap the logits.
   const float cap = k_.softcap_dropped ? 0.0f : static_cast<float>(b.p->softcap);
   const float sc = static_cast<float>(b.p->scale);
+  // The builder's max_context_chunk: _CP_TOKENS_PER_ITER_ROCM // num_extends, the extends being the sequences
+  // with query length > 1 and a context. A sequence with a shorter context than the batch's longest gets
+  // empty chunks after its own; merging one (o = 0, LSE -inf, or +inf, which the merge reads as -inf) leaves
+  // the merged output and LSE as they were, so they are not run.
+  std::int64_t extends = 0;
+  for (std::int64_t x = 0; x < b.num_seqs; ++x) {
+    const std::int64_t qx = b.query_start[x + 1] - b.query_start[x];
+    extends += qx > 1 && b.seq_lens[static_cast<std::size_t>(x)] > qx;
+  }
+  const std::int64_t chunk = kCpTokensPerIter / std::max<std::int64_t>(extends, 1);
   Panel context, fresh;
   std::vector<float> q(static_cast<std::size_t>(b.d)), out(q.size());
   const Shape &qs = b.q->strides(), &os = b.o->strides();
@@ -1115,8 +1138,18 @@ void AttentionTwin::extend_sequence(const Batch& b, std::int64_t s) const {
                                                qk_log2, k_.fa_tile, sc, cap);
         float lse = suffix.lse;
         if (ctx > 0) {
-          const FaPartial prefix = fa_varlen_row(b.act, q.data(), context.k.data(), context.v.data(), b.d, 0,
-                                                 ctx - 1, qk_log2, k_.fa_tile, sc, cap);
+          // The context in chunks of `chunk` tokens, one non-causal pass each; the chunk outputs merged in
+          // order (prefix: the chunks so far, suffix: the next), each merge stored in act with its LSE.
+          FaPartial prefix = fa_varlen_row(b.act, q.data(), context.k.data(), context.v.data(), b.d, 0,
+                                           std::min(chunk, ctx) - 1, qk_log2, k_.fa_tile, sc, cap);
+          for (std::int64_t c0 = chunk; c0 < ctx; c0 += chunk) {
+            const FaPartial next = fa_varlen_row(b.act, q.data(), context.k.data(), context.v.data(), b.d, c0,
+                                                 std::min(c0 + chunk, ctx) - 1, qk_log2, k_.fa_tile, sc, cap);
+            FaPartial merged;
+            merged.o.resize(static_cast<std::size_t>(b.d));
+            merged.lse = merge_attn_states_row(b.act, prefix, next, merged.o.data());
+            prefix = std::move(merged);
+          }
           lse = merge_attn_states_row(b.act, prefix, suffix, out.data());
         } else {
           out = suffix.o;

@@ -18,9 +18,9 @@ namespace driftcheck::twin {
 // CU count enters). With an fp8 cache the decode kernel runs QK and P.V on fp8 MFMAs: q and the normalised P
 // converted to the cache's fp8 (AttnKernel::fp8_mfma; a q beyond the format's range is declined, its
 // unclamped conversion not modelled). Rows of sequences with query length > 1 take the prefill/extend
-// path (AttnKernel::aiter_fa_extend; chunked contexts declined), which vLLM calls without the logits soft cap
-// (defect softcap_dropped); a windowed extend runs extend_for_sliding_window, whose window of keys, new
-// tokens included, is gathered from the cache (defect swa_new_kv_from_cache).
+// path (AttnKernel::aiter_fa_extend; contexts in chunks of 32768 / extends), which vLLM calls without the
+// softcap (defect softcap_dropped); a windowed extend runs extend_for_sliding_window, whose window of keys,
+// new tokens included, is gathered from the cache (defect swa_new_kv_from_cache).
 AttnKernel aiter_fa_kernel() {
   AttnKernel k;
   k.schedule = AttnSchedule::kLl4mi;
