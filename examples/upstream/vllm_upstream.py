@@ -14,7 +14,15 @@ Only those files run. The other vllm modules they import are replaced by the sma
 logger, platforms, triton_utils, kv_cache_interface, _custom_ops), so torch and triton are all the machine
 needs.
 
-    python3 vllm_upstream.py --op attention   # or --op prefix_prefill, --op rocm_attn, --op dual_rmsnorm_cat
+--op aiter_unified runs aiter's Triton unified_attention as vLLM's ROCM_AITER_UNIFIED_ATTN calls it, from
+$DRIFTCHECK_UPSTREAM_AITER (default: <repository>/upstream/aiter), an aiter tree (or only these files of it):
+  aiter/ops/triton/attention/unified_attention.py
+  aiter/ops/triton/_triton_kernels/attention/unified_attention.py
+with stand-ins for the aiter modules they import: the device is described as an MI355X (gfx950, 256 CUs, e4m3fn),
+whose launch choices (2D/3D, tiles, segments) cpu.attn.aiter_unified_mi355x models; the AMD-only launch option
+waves_per_eu (an occupancy hint) is dropped where the kernel does not declare it.
+
+    python3 vllm_upstream.py --op attention   # or --op prefix_prefill, rocm_attn, aiter_unified, dual_rmsnorm_cat
 """
 
 import argparse
@@ -31,6 +39,11 @@ from driftcheck import paged
 
 HERE = pathlib.Path(__file__).resolve().parent
 UPSTREAM = pathlib.Path(os.environ.get("DRIFTCHECK_UPSTREAM", HERE.parent.parent / "upstream" / "vllm"))
+UPSTREAM_AITER = pathlib.Path(os.environ.get("DRIFTCHECK_UPSTREAM_AITER", HERE.parent.parent / "upstream" / "aiter"))
+AITER_UNIFIED = "aiter.ops.triton.attention.unified_attention"
+# The modelled device: MI355X (cpu.attn.aiter_unified_mi355x): its CU count sets the launch's 2D/3D choice and
+# segment count; its fp8 is e4m3fn, which Triton on NVIDIA has too (MI300X's e4m3fnuz it has not).
+MI355X_CUS = 256
 UNIFIED = "vllm.v1.attention.ops.triton_unified_attention"
 # ROCM_ATTN's prefill/extend kernel (Triton, runs on NVIDIA too): vllm/v1/attention/ops/prefix_prefill.py.
 PREFIX_PREFILL = "vllm.v1.attention.ops.prefix_prefill"
@@ -42,7 +55,8 @@ MIN_LAUNCH_GRID_SIZE_2D = 128
 NUM_PAR_SOFTMAX_SEGMENTS = 16
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--op", choices=["attention", "prefix_prefill", "rocm_attn", "dual_rmsnorm_cat"], required=True)
+parser.add_argument("--op", choices=["attention", "prefix_prefill", "rocm_attn", "aiter_unified", "dual_rmsnorm_cat"],
+                    required=True)
 parser.add_argument("--device", default="cuda")
 args = parser.parse_args()
 
@@ -116,6 +130,44 @@ class Platform:
         return self.torch.float8_e4m3fn
 
 
+def install_aiter_stand_ins(torch):
+    """aiter (and the packages above the two unified-attention files) as bare packages over UPSTREAM_AITER, plus
+    stand-ins for the aiter utility modules they import, describing an MI355X."""
+    root = UPSTREAM_AITER / "aiter"
+    package("aiter", root)
+    for sub in ("ops", "ops.triton", "ops.triton.attention", "ops.triton._triton_kernels",
+                "ops.triton._triton_kernels.attention", "ops.triton._triton_kernels.flash_attn_triton_amd",
+                "ops.triton.utils", "ops.triton.utils._triton"):
+        package(f"aiter.{sub}", root.joinpath(*sub.split(".")))
+    arch = types.SimpleNamespace(name="gfx950", is_rdna=False, is_cdna=True)
+    modules = {
+        "aiter.ops.triton.utils._triton.kernel_repr": {"make_kernel_repr": lambda name, keys: lambda *a, **k: name},
+        "aiter.ops.triton.utils.types": {"e4m3_dtype": torch.float8_e4m3fn},
+        "aiter.ops.triton.utils.device_info": {"get_num_sms": lambda: MI355X_CUS},
+        "aiter.ops.triton.utils._triton.arch_info": {"get_arch": lambda: arch.name},
+        "aiter.ops.triton._triton_kernels.flash_attn_triton_amd.utils": {"get_arch": lambda: arch},
+    }
+    for name, attrs in modules.items():
+        m = types.ModuleType(name)
+        m.__dict__.update(attrs)
+        sys.modules[name] = m
+
+
+class DropAmdOptions:
+    """A Triton kernel whose launches drop the AMD-only options (waves_per_eu) it does not declare as
+    parameters: the CUDA backend rejects unknown launch options, and they set occupancy, not arithmetic."""
+
+    AMD_ONLY = ("waves_per_eu",)
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+        declared = set(self.kernel.arg_names)
+        return lambda **kw: launch(**{k: v for k, v in kw.items() if k in declared or k not in self.AMD_ONLY})
+
+
 def use_rocm_custom_paged_attention(qtype, head_size, block_size, gqa_ratio, max_seq_len, sliding_window,
                                     kv_cache_dtype, alibi_slopes=None, sinks=None):
     """vllm/platforms/rocm.py's choice on gfx9 (MI300/MI355), read at e2a00c7: the custom HIP decode kernel
@@ -160,11 +212,18 @@ try:
         kernel_fn = importlib.import_module(PREFIX_PREFILL).context_attention_fwd
     elif args.op == "rocm_attn":
         kernel_fn = importlib.import_module(CHUNKED).chunked_prefill_paged_decode
+    elif args.op == "aiter_unified":
+        install_aiter_stand_ins(torch)
+        aiter_module = importlib.import_module(AITER_UNIFIED)
+        for name in ("kernel_unified_attention_2d", "kernel_unified_attention_3d", "reduce_segments"):
+            setattr(aiter_module, name, DropAmdOptions(getattr(aiter_module, name)))
+        kernel_fn = aiter_module.unified_attention
     else:
         kernel_fn = dual_module().fused_dual_rmsnorm_cat
     torch.set_float32_matmul_precision("highest")  # the glue lse in IEEE fp32, never TF32
 except (ImportError, OSError) as e:
-    dc.unavailable(f"upstream vLLM files not usable from {UPSTREAM} ({e}); docs/UPSTREAM.md says what to put there")
+    where = UPSTREAM_AITER if args.op == "aiter_unified" else UPSTREAM
+    dc.unavailable(f"upstream files not usable from {where} ({e}); docs/UPSTREAM.md says what to put there")
 
 
 def capture_sizes():
@@ -345,6 +404,48 @@ def rocm_attn(case):
     write_lse(case, new_kv_from_inputs=True, softcap=0.0, window=p.window - 1 if p.window else 0)
 
 
+def aiter_unified(case):
+    """RocmAiterUnifiedAttentionImpl.forward's call (vllm rocm_aiter_unified_attn.py): causal, window (W - 1, 0),
+    the layer's softcap and sinks, per-tensor k/v scales, every fp8 cache viewed as the platform's fp8 (MI355X:
+    e4m3fn), so an fp8_e5m2 cache's bytes are read as e4m3fn as vLLM does. The kernel writes no lse."""
+    p = case.params
+    qsl, seq_lens = case.host("query_start_loc"), case.host("seq_lens")
+    k, v = case.k_cache, case.v_cache
+    if dc.dtypes.is_fp8(case.dtype("k_cache")):
+        k, v = k.view(torch.uint8).view(torch.float8_e4m3fn), v.view(torch.uint8).view(torch.float8_e4m3fn)
+    dev = case.q.device
+    k_descale, v_descale = (torch.tensor([s], dtype=torch.float32, device=dev) for s in (p.k_scale, p.v_scale))
+    try:
+        kernel_fn(q=case.q, k=k, v=v, out=case.o, cu_seqlens_q=case.query_start_loc,
+                  max_seqlen_q=int((qsl[1:] - qsl[:-1]).max()), seqused_k=case.seq_lens,
+                  max_seqlen_k=int(seq_lens.max()), softmax_scale=p.scale, causal=True,
+                  window_size=(p.window - 1, 0) if p.window else (-1, -1), block_table=case.block_table,
+                  softcap=p.softcap, q_descale=None, k_descale=k_descale, v_descale=v_descale,
+                  sinks=case.get("sinks"))
+    except AssertionError as e:  # the launcher's own checks (the 3D path's TILE_SIZE % block_size)
+        raise dc.Unsupported(f"aiter unified_attention asserts: {e}") from e
+    except triton.runtime.errors.OutOfResources as e:
+        raise dc.Unsupported(f"Triton on this GPU: {e}") from e
+    write_lse(case)
+
+
+def aiter_unified_supports(case):
+    """What ROCM_AITER_UNIFIED_ATTN and aiter's unified_attention reject, and what this GPU cannot hold."""
+    p = case.params
+    kv = case.dtype("k_cache")
+    if not p.causal:
+        return "aiter unified_attention asserts causal (\"Only causal attention is supported\")"
+    if p.head_dim < 32:
+        return f"head_dim {p.head_dim}: RocmAiterUnifiedAttentionBackend supports head sizes >= 32"
+    if p.block_size % 16:
+        return f"block_size {p.block_size}: ROCM_AITER_UNIFIED_ATTN needs a multiple of 16"
+    if kv == "fp8_e4m3fnuz":
+        return "fp8 e4m3fnuz is MI300X's format: the modelled device (MI355X) and Triton on NVIDIA use e4m3fn"
+    if not dc.dtypes.is_fp8(kv) and (p.k_scale != 1 or p.v_scale != 1):
+        return f"{kv} cache with k_scale {p.k_scale}, v_scale {p.v_scale}: vLLM scales fp8 caches only"
+    return None
+
+
 def dual_rmsnorm_cat(case):
     case.out.copy_(kernel_fn(case.e, case.h, case.w_e, case.w_h, case.params.eps))
 
@@ -364,6 +465,8 @@ elif args.op == "prefix_prefill":
     dc.attention(prefix_prefill, tensors="torch", device=args.device, supports=prefix_prefill_supports)
 elif args.op == "rocm_attn":  # the same backend checks as the prefix prefill's
     dc.attention(rocm_attn, tensors="torch", device=args.device, supports=prefix_prefill_supports)
+elif args.op == "aiter_unified":
+    dc.attention(aiter_unified, tensors="torch", device=args.device, supports=aiter_unified_supports)
 else:
     dc.dual_rmsnorm_cat(dual_rmsnorm_cat, tensors="torch", device=args.device, supports=dual_supports)
 
