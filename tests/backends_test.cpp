@@ -1439,12 +1439,13 @@ TEST(AttentionTwins, AiterFaWindowedExtendAttendsTheWindowGatheredFromTheCache) 
 // = 512 tokens when 64 extends share the batch (rocm_aiter_fa.py at 002d0eb6: the builder's
 // max_context_chunk, extend_forward's chunk loop), attends each chunk in its own pass and merges the chunk
 // outputs in order with merge_attn_states into an act output. Sequence 0: 2 new tokens after 1024 context
-// tokens, all logits 0 (q = 0), V[0] 1 except one key per chunk (2.203125 in chunk 0, 4.59375 in chunk 1):
-// the chunk means 1.00235 and 1.00703 round to bf16 1 and 1.0078125, and their merge 1.00390625 ties to 1;
-// one pass over the 1024 keys rounds their mean 1.00468 to 1.0078125. The new token's V[0] is 1 and weighs
-// 1/1025. With the other 63 sequences decodes (one extend: one chunk) the same sequence gives 1.0078125: the
-// backend's output for a sequence depends on how many extends share its batch (declared: not batch
-// invariant for such a batch).
+// tokens, all logits 0 (q = 0), V[0] 1 except the last key of chunk 0 (key 511: 2.203125) and the first of
+// chunk 1 (key 512: 4.59375): the chunk means 1.00235 and 1.00703 round to bf16 1 and 1.0078125, and their
+// merge 1.00390625 ties to 1; one pass over the 1024 keys rounds their mean 1.00468 to 1.0078125, and so does
+// any chunk of 513 or more (both marked keys in chunk 0: an extend count of 63 or fewer). The new token's
+// V[0] is 1 and weighs 1/1025. With the other 63 sequences decodes (one extend: one chunk) the same sequence
+// gives 1.0078125: the backend's output for a sequence depends on how many extends share its batch (declared:
+// not batch invariant for such a batch).
 TEST(AttentionTwins, AiterFaExtendContextInChunksOfTheBatchsShare) {
   const auto run_o = [](std::int64_t other_query_len) {
     AttentionSpec s = builders::one_head(DType::kBF16, 2, 1026);
@@ -1461,7 +1462,7 @@ TEST(AttentionTwins, AiterFaExtendContextInChunksOfTheBatchsShare) {
     for (const char* name : {"k_new", "v_new"})
       c.tensors[name] = Tensor::zeros(DType::kBF16, {tokens, 1, 64});
     for (std::int64_t t = 0; t < 1024; ++t)
-      set_cache(c, "v_cache", t, t == 100 ? 2.203125 : t == 700 ? 4.59375 : 1.0);
+      set_cache(c, "v_cache", t, t == 511 ? 2.203125 : t == 512 ? 4.59375 : 1.0);
     c.tensor("v_new").set({0, 0, 0}, 1.0);
     const Backend& b = get("cpu.attn.aiter_fa");
     EXPECT_TRUE(b.supports(c).ok) << b.supports(c).reason;
@@ -1473,40 +1474,47 @@ TEST(AttentionTwins, AiterFaExtendContextInChunksOfTheBatchsShare) {
 }
 
 // ROCM_AITER_FA's paged_attention_v1 with an fp8 cache runs QK and P.V on fp8 MFMAs (pa_kernels.cuh:378-411,
-// 623-651, 775-804 at aiter@e4048607): q and the normalised P are converted to the cache's fp8 first. One
-// decode row over two keys, scale 1: q[0] = 1.1 (bf16 1.1015625; e4m3fnuz 1.125), k[0] = -0.75 and 0, so the
-// logits are -0.84375 and 0; the weights 0.30074 and 0.69926, which e4m3 holds as 0.3125 and 0.6875. V is
-// e_0 for the first key and e_1 for the second, so o[0] and o[1] are the weights the P.V MFMA used, and
-// lse = log(1 + e^(logit)) shows q's rounding. With a bf16 cache q stays 1.1015625 (logit -0.826171875) and
-// the first weight 0.304455 is rounded to bf16, 0.3046875.
+// 623-651, 775-812 at aiter@e4048607): q and the normalised P are converted to the cache's fp8 first, K and V
+// enter as stored codes, k_scale multiplies the dot and v_scale the P.V result. One decode row over two keys,
+// scale 1, k_scale 0.75, v_scale 0.5: q[0] = 1.1 (bf16 1.1015625; e4m3 1.125), K codes -1 and 0, so the
+// logits are 1.125 * -1 * 0.75 = -0.84375 and 0 (q * k_scale rounded instead would give -0.8125); the weights
+// 0.30074 and 0.69926, which e4m3 holds as 0.3125 and 0.6875. V codes are e_0 for the first key and e_1 for
+// the second, so o[0] and o[1] are those weights times 0.5, and lse = log(1 + e^(logit)) shows q's rounding.
+// With a bf16 cache (scales 1, K -0.75) q stays 1.1015625 (logit -0.826171875) and the first weight 0.304455
+// is rounded to bf16, 0.3046875.
 TEST(AttentionTwins, AiterFaFp8DecodeConvertsQAndPToTheCacheFormat) {
-  AttentionSpec s = builders::one_head(DType::kBF16, 1, 2);
-  s.kv_dtype = DType::kF8E4M3FNUZ;
-  s.params.head_dim = 64;
-  s.params.k_scale = s.params.v_scale = 1.0;
-  Case c = builders::attention_case(s, 3);
-  for (const char* name : {"q", "k_cache", "v_cache"}) {
-    Tensor& t = c.tensor(name);
-    t.copy_from(std::vector<double>(static_cast<std::size_t>(t.numel()), 0.0));
-  }
-  c.tensor("q").set({0, 0, 0}, 1.1);
-  const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({0, 0}));
-  c.tensor("k_cache").set({page, 0, 0, 0}, -0.75);
-  c.tensor("v_cache").set({page, 0, 0, 0}, 1.0);
-  c.tensor("v_cache").set({page, 1, 0, 1}, 1.0);
   const Backend& b = get("cpu.attn.aiter_fa");
-  ASSERT_TRUE(b.supports(c).ok) << b.supports(c).reason;
-  EXPECT_TRUE(b.numerics_for(c).fp8_mfma_decode);
-  const Case out = run_clone(b, c);
-  EXPECT_EQ(out.tensor("o").at({0, 0, 0}), 0.3125);
-  EXPECT_EQ(out.tensor("o").at({0, 0, 1}), 0.6875);
-  EXPECT_NEAR(out.tensor("lse").at({0, 0}), std::log1p(std::exp(-0.84375)), 1e-6);
-  EXPECT_GT(std::fabs(out.tensor("lse").at({0, 0}) - std::log1p(std::exp(-0.826171875))), 1e-3);
+  const auto probe = [](DType kv, double k_scale, double v_scale, double key0) {
+    AttentionSpec s = builders::one_head(DType::kBF16, 1, 2);
+    s.kv_dtype = kv;
+    s.params.head_dim = 64;
+    s.params.k_scale = k_scale;
+    s.params.v_scale = v_scale;
+    Case c = builders::attention_case(s, 3);
+    for (const char* name : {"q", "k_cache", "v_cache"}) {
+      Tensor& t = c.tensor(name);
+      t.copy_from(std::vector<double>(static_cast<std::size_t>(t.numel()), 0.0));
+    }
+    c.tensor("q").set({0, 0, 0}, 1.1);
+    const auto page = static_cast<std::int64_t>(c.tensor("block_table").at({0, 0}));
+    c.tensor("k_cache").set({page, 0, 0, 0}, key0);
+    c.tensor("v_cache").set({page, 0, 0, 0}, 1.0);
+    c.tensor("v_cache").set({page, 1, 0, 1}, 1.0);
+    return c;
+  };
+  for (const DType kv : {DType::kF8E4M3FNUZ, DType::kF8E4M3FN}) {
+    const Case c = probe(kv, 0.75, 0.5, -1.0);
+    ASSERT_TRUE(b.supports(c).ok) << b.supports(c).reason;
+    EXPECT_TRUE(b.numerics_for(c).fp8_mfma_decode);
+    const Case out = run_clone(b, c);
+    EXPECT_EQ(out.tensor("o").at({0, 0, 0}), 0.15625) << dtype_name(kv);
+    EXPECT_EQ(out.tensor("o").at({0, 0, 1}), 0.34375) << dtype_name(kv);
+    EXPECT_NEAR(out.tensor("lse").at({0, 0}), std::log1p(std::exp(-0.84375)), 1e-6) << dtype_name(kv);
+    EXPECT_GT(std::fabs(out.tensor("lse").at({0, 0}) - std::log1p(std::exp(-0.8125))), 1e-3);
+    EXPECT_GT(std::fabs(out.tensor("lse").at({0, 0}) - std::log1p(std::exp(-0.826171875))), 1e-3);
+  }
   // The same row with a bf16 cache keeps q and P in act.
-  AttentionSpec act = s;
-  act.kv_dtype = DType::kBF16;
-  Case a = builders::attention_case(act, 3);
-  for (const char* name : {"q", "k_cache", "v_cache"}) a.tensor(name).copy_from(c.tensor(name).to_f64());
+  const Case a = probe(DType::kBF16, 1.0, 1.0, -0.75);
   EXPECT_FALSE(b.numerics_for(a).fp8_mfma_decode);
   const Case out_act = run_clone(b, a);
   EXPECT_EQ(out_act.tensor("o").at({0, 0, 0}), 0.3046875);

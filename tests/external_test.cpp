@@ -299,6 +299,14 @@ block_permutation_invariant = false
   const auto fa = load_backends_text(attention("numerics = \"like:cpu.attn.aiter_fa\"\n"),
                                      scratch() / "fa.toml", registry());
   EXPECT_TRUE(fa.at(0).numerics.fp8_mfma_decode);
+  // and, declared by "like:" alone, its per-case declarations: no fp8 MFMAs for a bf16 cache.
+  builders::AttentionSpec bf16 = builders::one_head(DType::kBF16, 1, 20);
+  bf16.params.head_dim = 64;
+  const auto ext_fa = make_external_backend(fa.at(0));
+  EXPECT_FALSE(ext_fa->numerics_for(builders::attention_case(bf16, 1)).fp8_mfma_decode);
+  builders::AttentionSpec fp8 = bf16;
+  fp8.kv_dtype = DType::kF8E4M3FN;
+  EXPECT_TRUE(ext_fa->numerics_for(builders::attention_case(fp8, 1)).fp8_mfma_decode);
   // twin names the CPU twin known findings reach this kernel through (known_findings.hpp).
   const auto twin = load_backends_text(
       attention("numerics = \"like:cpu.attn.rocm_custom\"\ntwin = \"cpu.attn.rocm_custom\"\n"),

@@ -320,14 +320,14 @@ Numerics AttentionTwin::numerics_for(const Case& c) const {
   if (k_.triton_decode_2d && c.op == OpKind::kAttention && c.has("seq_lens") && c.has("query_start_loc") &&
       has_decode_sequence(c) && !custom_decode(c))
     n.kv_dequant_rounded = true;
-  // ROCM_AITER_FA declares fp8 MFMAs for its decode rows (the error model's term is 0 outside fp8 decode
-  // rows); a case says whether they happen: an fp8 cache, and decode rows on paged_attention_v1 (a windowed
-  // batch's run the unified kernel, which keeps q and P in act).
   // ROCM_AITER_FA gathers an extend's context in chunks of 32768 / (extends in the batch) tokens and merges
   // them in act: a sequence whose context exceeds its batch's chunk has outputs that depend on the batch.
   if (k_.aiter_fa_extend && c.op == OpKind::kAttention && c.has("query_start_loc") && c.has("seq_lens") &&
       extend_chunks(c))
     n.batch_invariant = false;
+  // ROCM_AITER_FA declares fp8 MFMAs for its decode rows (the error model's term is 0 outside fp8 decode
+  // rows); a case says whether they happen: an fp8 cache, and decode rows on paged_attention_v1 (a windowed
+  // batch's run the unified kernel, which keeps q and P in act).
   if (n.fp8_mfma_decode && c.op == OpKind::kAttention && c.has("query_start_loc") && c.has("k_cache") &&
       (!is_fp8(c.tensor("k_cache").dtype()) || !reaches_ll4mi_decode(c)))
     n.fp8_mfma_decode = false;

@@ -560,7 +560,11 @@ ErrorModels model_attention(const Case& c, const Outputs& ref, const Outputs& na
         // q rounded to fp8 (decode rows): |q^_d - q_d| <= u8 |q_d| + sub8, so every logit moves by at most
         // |scale| sum_d (u8 |q_d| + sub8) |k_td| (k dequantised: k_scale is applied after the dot).
         const bool decode = fp8 && lse.prefill_row[row] == 0;
-        const double dq = decode ? u8 * g_max + std::fabs(a.p.scale) * sub8 * rl.k1_max : 0.0;
+        // The fp32 dot of the rounded q has its own error bound, ds's on G moved by at most dq (|q^_d| <=
+        // |q_d| + u8 |q_d| + sub8): (gamma_D + 4 u32) dq more.
+        const double dq = decode ? (u8 * g_max + std::fabs(a.p.scale) * sub8 * rl.k1_max) *
+                                       (1 + gamma(a.p.head_dim, kU32) + 4 * kU32)
+                                 : 0.0;
         double row_naive = 0;
         const double c_base = (5.0 * static_cast<double>(n) + 32) * kU32;
         const LogitError e1(ds), e2(ds + dk), e1q(ds + dq), e3(ds + dk + dq);

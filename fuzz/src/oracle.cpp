@@ -210,8 +210,8 @@ double p_underflow(const Numerics& n, DType act) {
 bool underflowed_infinity(const ErrorModel& m, const Numerics& n, std::size_t i, double r, double v) {
   if (!std::isinf(r) || !std::isnan(v) || i >= m.inf_log_weight.size()) return false;
   double floor = p_underflow(n, m.dtype), slack = 0;
-  if (n.fp8_mfma_decode && i < m.fp8_logit_error.size() && m.fp8_p_underflow > 0 &&
-      m.fp8_logit_error[i] > 0) {
+  if (n.fp8_mfma_decode && m.fp8_p_underflow > 0 && i < m.fp8_logit_error.size() &&
+      i < m.prefill_row.size() && m.prefill_row[i] == 0) {
     floor = std::max(floor, m.fp8_p_underflow);
     slack = 2 * m.fp8_logit_error[i];
   }

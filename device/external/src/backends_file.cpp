@@ -109,7 +109,9 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
     if (!s.starts_with("like:"))
       r.fail(n, fmt::format(
                     "numerics = \"{}\": a string must be \"like:<backend>\"; declare fields in a table", s));
-    d.numerics = like_backend(r, n, s.substr(5), d.op, known).numerics();
+    const Backend& like = like_backend(r, n, s.substr(5), d.op, known);
+    d.numerics = like.numerics();
+    d.numerics_like = &like;
     d.numerics_source = s;
     return;
   }

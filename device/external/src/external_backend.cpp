@@ -125,6 +125,11 @@ class ExternalBackend final : public Backend {
   bool in_process() const override { return false; }
   OpKind op() const override { return d_.op; }
   Numerics numerics() const override { return d_.numerics; }
+  // "like:<backend>" alone: the per-case declarations of that backend (ROCM_AITER_FA's fp8 MFMAs only in the
+  // batches whose decode rows reach them, and so on).
+  Numerics numerics_for(const Case& c) const override {
+    return d_.numerics_like != nullptr ? d_.numerics_like->numerics_for(c) : d_.numerics;
+  }
   std::string_view twin() const override { return d_.twin; }
   std::string_view provenance() const override { return d_.provenance; }
   std::string supports_summary() const override { return d_.supports.summary(); }

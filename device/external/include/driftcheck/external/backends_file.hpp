@@ -51,7 +51,11 @@ struct BackendDecl {
   std::int64_t line = 0;
   Numerics numerics;
   std::string numerics_source;  // "like:<backend>", "declared", or both
-  std::string twin;             // `twin = "cpu.x"`: the registered CPU twin that models this kernel, or empty
+  // numerics = "like:<backend>" with no field declared: that registered backend, whose numerics_for(case) the
+  // external backend follows case by case (a twin whose declared rounding depends on the path a batch takes).
+  // Null otherwise. It lives in the registry the file was read against, as long as the backend built from it.
+  const Backend* numerics_like = nullptr;
+  std::string twin;  // `twin = "cpu.x"`: the registered CPU twin that models this kernel, or empty
   StaticSupports supports;
   std::optional<WorkerCommand> worker;  // `command = [...]`
   int max_workers = 0;
