@@ -536,12 +536,13 @@ TEST(Tolerance, TightEnoughForOneExtraRoundingLooseEnoughForFp32) {
 std::vector<Numerics> all_numerics() {
   std::vector<Numerics> out;
   for (int roundings = 1; roundings <= 3; ++roundings)
-    for (int flags = 0; flags < 8; ++flags) {
+    for (int flags = 0; flags < 16; ++flags) {
       Numerics n;
       n.output_roundings = roundings;
       n.p_rounded = (flags & 1) != 0;
       n.kv_dequant_rounded = (flags & 2) != 0;
       n.partials_rounded = (flags & 4) != 0;
+      n.fp8_mfma_decode = (flags & 8) != 0;
       out.push_back(n);
     }
   return out;
@@ -598,6 +599,15 @@ CaseSpec large_logit_fp8_spec() {
 TEST(Tolerance, FiniteWhereverTheReferenceIsFinite) {
   const PreparedCase hole = prepare(materialize(large_logit_fp8_spec()));
   EXPECT_EQ(first_unbounded(hole), "");
+  // The same as a decode row (one query), where fp8 MFMAs' q rounding adds to logits in the hundreds.
+  CaseSpec decode = large_logit_fp8_spec();
+  decode.query_lens = {1};
+  const PreparedCase hole_decode = prepare(materialize(decode));
+  ASSERT_FALSE(hole_decode.model.at("o").fp8_mfma_rounding.empty());
+  EXPECT_GT(*std::max_element(hole_decode.model.at("o").fp8_logit_error.begin(),
+                              hole_decode.model.at("o").fp8_logit_error.end()),
+            1.0);
+  EXPECT_EQ(first_unbounded(hole_decode), "");
   // The bound still judges: an output outside the hull of the visible V rows fails.
   const Evaluation far = evaluate(FnBackend(OpKind::kAttention,
                                             [](Case& c) {
