@@ -263,24 +263,31 @@ def attention(case):
     write_lse(case)
 
 
-def write_lse(case, new_kv_from_inputs=False, softcap=None, window=None):
+def write_lse(case, new_kv_from_inputs=False, softcap=None, window=None, k_cache=None, k_dtype=None,
+              k_rounded=True, softcap_from_exp=False):
     """The kernel writes no lse: the runner's own fp32 logsumexp (glue; compare `o` only, --outputs o). It reads
     the keys the kernel reads: the cache, or for a kernel that takes the new tokens' keys from the layer's inputs
     (new_kv = "inputs", context_attention_fwd) the context from the cache and the new tokens of sequences with
     query length > 1 from k_new (decode rows read the cache); softcap and window: the ones the kernel applies
-    (None: the case's; a window of 0 is none)."""
+    (None: the case's; a window of 0 is none). k_cache / k_dtype: the cache as the kernel views it (None: the
+    case's); k_rounded: fp8 keys dequantised and rounded to the activation dtype before the dot (Triton kernels
+    that dequantise K), or exact (kernels that fold k_scale into the logit scale); softcap_from_exp: the cap
+    formed from exponentials (lse_fp32)."""
     p = case.params
     group = p.num_q_heads // p.num_kv_heads
+    cache = case.k_cache if k_cache is None else k_cache
+    dtype = case.dtype("k_cache") if k_dtype is None else k_dtype
     for seq in paged.sequences(case):
-        k = paged.gather(case.k_cache, seq, p.block_size)
-        if dc.dtypes.is_fp8(case.dtype("k_cache")):
-            k = (dc.dtypes.to_float(k, case.dtype("k_cache")) * p.k_scale).to(case.q.dtype)
+        k = paged.gather(cache, seq, p.block_size)
+        if dc.dtypes.is_fp8(dtype):
+            k = dc.dtypes.to_float(k, dtype) * p.k_scale
+            k = k.to(case.q.dtype) if k_rounded else k
         if new_kv_from_inputs and seq.q_len > 1:
             k = torch.cat([k[: seq.seq_len - seq.q_len], case.k_new[seq.q_start : seq.q_end].to(k.dtype)])
         case.lse[seq.q_start : seq.q_end].copy_(paged.lse_fp32(
             case.q[seq.q_start : seq.q_end], k.repeat_interleave(group, dim=1), p.scale,
             paged.visible(seq, p.causal, p.window if window is None else window),
-            p.softcap if softcap is None else softcap, case.get("sinks")))
+            p.softcap if softcap is None else softcap, case.get("sinks"), softcap_from_exp))
 
 
 def attention_supports(case):
@@ -411,7 +418,8 @@ def aiter_unified(case):
     p = case.params
     qsl, seq_lens = case.host("query_start_loc"), case.host("seq_lens")
     k, v = case.k_cache, case.v_cache
-    if dc.dtypes.is_fp8(case.dtype("k_cache")):
+    fp8 = dc.dtypes.is_fp8(case.dtype("k_cache"))
+    if fp8:
         k, v = k.view(torch.uint8).view(torch.float8_e4m3fn), v.view(torch.uint8).view(torch.float8_e4m3fn)
     dev = case.q.device
     k_descale, v_descale = (torch.tensor([s], dtype=torch.float32, device=dev) for s in (p.k_scale, p.v_scale))
@@ -426,7 +434,9 @@ def aiter_unified(case):
         raise dc.Unsupported(f"aiter unified_attention asserts: {e}") from e
     except triton.runtime.errors.OutOfResources as e:
         raise dc.Unsupported(f"Triton on this GPU: {e}") from e
-    write_lse(case)
+    # The glue reads K as the kernel does: fp8 bytes as e4m3fn, dequantised exactly (aiter folds k_scale into
+    # its logit scale), the softcap from exponentials.
+    write_lse(case, k_cache=k, k_dtype="fp8_e4m3fn" if fp8 else None, k_rounded=False, softcap_from_exp=True)
 
 
 def aiter_unified_supports(case):

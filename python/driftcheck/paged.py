@@ -71,15 +71,21 @@ def gather(cache, seq: Sequence, block_size: int):
     return flat[: seq.seq_len]
 
 
-def lse_fp32(q, k, scale, visible, softcap=0.0, sinks=None):
+def lse_fp32(q, k, scale, visible, softcap=0.0, sinks=None, softcap_from_exp=False):
     """fp32 log-sum-exp of one sequence's logits, for kernels that return none (SDPA's public API, vLLM's unified
     attention): q [n, Hq, D] and k [L, Hq, D] (kv heads already expanded) torch tensors, visible the bool [n, L]
     mask of `visible()`, sinks [Hq] or None. Returns [n, Hq]. This is glue, not the kernel: lse judged from it
-    checks the runner's gather, head mapping and mask, and the kernel only through o."""
+    checks the runner's gather, head mapping and mask, and the kernel only through o. softcap_from_exp: the cap
+    formed as Triton kernels form it, c (e^(s/c) - e^(-s/c)) / (e^(s/c) + e^(-s/c)) in fp32, NaN past |s/c| ~ 88.7
+    where an exponential overflows (the glue of a kernel with that defect must show it as the kernel does)."""
     import torch
 
     s = torch.einsum("nhd,lhd->hnl", q.float(), k.float()) * scale
-    if softcap > 0:
+    if softcap > 0 and softcap_from_exp:
+        x = s / softcap
+        p1, p2 = torch.exp(x), torch.exp(-x)
+        s = softcap * (p1 - p2) / (p1 + p2)
+    elif softcap > 0:
         s = softcap * torch.tanh(s / softcap)
     s = s.masked_fill(~torch.as_tensor(visible, device=s.device)[None], float("-inf"))
     if sinks is not None:
