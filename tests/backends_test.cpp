@@ -1521,6 +1521,49 @@ TEST(AttentionTwins, AiterFaFp8DecodeConvertsQAndPToTheCacheFormat) {
   EXPECT_NEAR(out_act.tensor("lse").at({0, 0}), std::log1p(std::exp(-0.826171875)), 1e-6);
 }
 
+// The fp8 MFMA tolerance term (docs/ORACLE.md section 5) in both directions on generated cases: on the first
+// 30 cases of seed 1 whose decode rows cpu.attn.aiter_fa runs on fp8 MFMAs, the twin with its upstream
+// defects repaired passes every check with the declared numerics, and judged without fp8_mfma_decode some
+// case's decode rows go beyond their tolerance (the declaration is needed). Prints the measured counts and
+// the median of each case's worst decode-row error / tolerance, with and without the term.
+TEST(AttentionTwins, AiterFaFp8MfmaTermIsNeededAndHoldsOnGeneratedCases) {
+  const Backend& twin = get("cpu.attn.aiter_fa");
+  const auto repaired = twin.without_defects(twin.modelled_defects());
+  ASSERT_NE(repaired, nullptr);
+  std::vector<double> with, without;
+  int beyond_without = 0;
+  for (std::uint64_t k = 0; k < 4000 && with.size() < 30; ++k) {
+    const Case c = fuzz::materialize(fuzz::draw_case(OpKind::kAttention, 1, k).value());
+    if (!repaired->supports(c).ok || !repaired->numerics_for(c).fp8_mfma_decode) continue;
+    const fuzz::PreparedCase pc = fuzz::prepare(c);
+    const fuzz::Evaluation ev = fuzz::evaluate(*repaired, pc);
+    EXPECT_EQ(ev.verdict, fuzz::Verdict::kPass) << "seed 1 case " << k << ": " << ev.detail;
+    const Numerics n = repaired->numerics_for(c);
+    Numerics bare = n;
+    bare.fp8_mfma_decode = false;
+    const fuzz::PreparedCase& j = pc.judged_as(n);
+    const fuzz::ErrorModel& m = j.model.at("o");
+    const auto o = ev.outputs.at("o").to_f64(), ref = j.reference.at("o").to_f64();
+    double w = 0, wo = 0;
+    for (std::size_t i = 0; i < o.size(); ++i) {
+      if (m.fp8_logit_error[i] == 0 || !std::isfinite(o[i]) || !std::isfinite(ref[i])) continue;
+      const double e = std::fabs(o[i] - ref[i]);
+      w = std::max(w, e / fuzz::tolerance(m, n, i, ref[i]));
+      wo = std::max(wo, e / fuzz::tolerance(m, bare, i, ref[i]));
+    }
+    with.push_back(w);
+    without.push_back(wo);
+    beyond_without += wo > 1;
+  }
+  ASSERT_EQ(with.size(), 30U);
+  EXPECT_GT(beyond_without, 0);
+  std::sort(with.begin(), with.end());
+  std::sort(without.begin(), without.end());
+  std::printf(
+      "fp8 decode cases %zu: beyond without the term %d; median worst ratio %.3g with, %.3g without\n",
+      with.size(), beyond_without, with[with.size() / 2], without[without.size() / 2]);
+}
+
 // ROCM_ATTN decode probes: one decode row (query length 1) over `len` keys, one head, scale 1, bf16, head
 // size `d` (32 takes the Triton decode kernel whatever the window: use_rocm_custom_paged_attention needs
 // 64/128), block size `bs`; q is e_0, every key and value 0 except what a test sets (a logit is k[0] of its

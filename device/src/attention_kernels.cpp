@@ -55,6 +55,7 @@ struct Batch {
   DType act;
   std::int64_t num_seqs, hq, hkv, d, bs;
   std::int64_t max_query_len, max_seq_len, num_tokens;
+  std::int64_t context_chunk = 0;  // ROCM_AITER_FA: tokens per gathered context chunk (extend_chunk_size)
 };
 
 // Per-case constants of the kernel's arithmetic.
@@ -260,18 +261,29 @@ bool has_decode_sequence(const Case& c) {
 // Whether ROCM_AITER_FA splits some extend's context into more than one chunk: contexts above
 // _CP_TOKENS_PER_ITER_ROCM / num_extends (the extends: query length > 1 with a context), none with a window
 // (extend_for_sliding_window gathers at most query length + window tokens in one pass).
-bool extend_chunks(const Case& c) {
-  if (c.get<AttentionParams>().window > 0) return false;
-  const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
-  const std::vector<std::int32_t> lens = load_ints(c.tensor("seq_lens"));
-  std::int64_t extends = 0, longest = 0;
+// The builder's max_context_chunk, _CP_TOKENS_PER_ITER_ROCM // num_extends (the extends: sequences with query
+// length > 1 and a context), and the longest extend context.
+struct ExtendChunks {
+  std::int64_t chunk = kCpTokensPerIter, longest = 0;
+};
+ExtendChunks extend_chunk_size(const std::vector<std::int32_t>& qsl, const std::vector<std::int32_t>& lens) {
+  std::int64_t extends = 0;
+  ExtendChunks r;
   for (std::size_t s = 0; s + 1 < qsl.size() && s < lens.size(); ++s) {
     const std::int64_t ql = qsl[s + 1] - qsl[s];
     if (ql <= 1 || lens[s] <= ql) continue;
     ++extends;
-    longest = std::max<std::int64_t>(longest, lens[s] - ql);
+    r.longest = std::max<std::int64_t>(r.longest, lens[s] - ql);
   }
-  return extends > 0 && longest > kCpTokensPerIter / extends;
+  r.chunk = kCpTokensPerIter / std::max<std::int64_t>(extends, 1);
+  return r;
+}
+
+bool extend_chunks(const Case& c) {
+  if (c.get<AttentionParams>().window > 0) return false;
+  const ExtendChunks e =
+      extend_chunk_size(load_ints(c.tensor("query_start_loc")), load_ints(c.tensor("seq_lens")));
+  return e.longest > e.chunk;
 }
 
 bool AttentionTwin::reaches_ll4mi_decode(const Case& c) const {
@@ -561,6 +573,7 @@ Batch AttentionTwin::shape_of(const Case& c) const {
       b.max_query_len = std::max<std::int64_t>(b.max_query_len, b.query_start[s + 1] - b.query_start[s]);
     b.max_seq_len = std::max<std::int64_t>(b.max_seq_len, b.seq_lens[static_cast<std::size_t>(s)]);
   }
+  b.context_chunk = extend_chunk_size(b.query_start, b.seq_lens).chunk;
   return b;
 }
 
@@ -1113,16 +1126,10 @@ void AttentionTwin::extend_sequence(const Batch& b, std::int64_t s) const {
   // vLLM passes the passes no logits_soft_cap (defect softcap_dropped); repaired, they cap the logits.
   const float cap = k_.softcap_dropped ? 0.0f : static_cast<float>(b.p->softcap);
   const float sc = static_cast<float>(b.p->scale);
-  // The builder's max_context_chunk: _CP_TOKENS_PER_ITER_ROCM // num_extends, the extends being the sequences
-  // with query length > 1 and a context. A sequence with a shorter context than the batch's longest gets
+  // The context's chunks (extend_chunk_size). A sequence with a shorter context than the batch's longest gets
   // empty chunks after its own; merging one (o = 0, LSE -inf, or +inf, which the merge reads as -inf) leaves
   // the merged output and LSE as they were, so they are not run.
-  std::int64_t extends = 0;
-  for (std::int64_t x = 0; x < b.num_seqs; ++x) {
-    const std::int64_t qx = b.query_start[x + 1] - b.query_start[x];
-    extends += qx > 1 && b.seq_lens[static_cast<std::size_t>(x)] > qx;
-  }
-  const std::int64_t chunk = kCpTokensPerIter / std::max<std::int64_t>(extends, 1);
+  const std::int64_t chunk = b.context_chunk;
   Panel context, fresh;
   std::vector<float> q(static_cast<std::size_t>(b.d)), out(q.size());
   const Shape &qs = b.q->strides(), &os = b.o->strides();

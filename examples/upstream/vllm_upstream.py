@@ -291,21 +291,31 @@ def write_lse(case, new_kv_from_inputs=False, softcap=None, window=None, k_cache
             p.softcap if softcap is None else softcap, case.get("sinks"), softcap_from_exp))
 
 
-def attention_supports(case):
-    """What the TRITON_ATTN backend and unified_attention reject, in their words."""
+def unified_supports(case, kernel, head_check, backend, fnuz_reason, scales_note):
+    """What a unified-attention backend and its kernel reject, in their words: the kernel's causal assert, the
+    backend's head sizes (>= 32) and block sizes (multiples of 16), an e4m3fnuz cache when `fnuz_reason` is set,
+    and scales on a cache that is not fp8 (which the kernel would apply or ignore unlike the reference)."""
     p = case.params
     kv = case.dtype("k_cache")
     if not p.causal:
-        return "unified_attention asserts causal (\"Only causal attention is supported\")"
+        return f"{kernel} asserts causal (\"Only causal attention is supported\")"
     if p.head_dim < 32:
-        return f"head_dim {p.head_dim}: TritonAttentionBackend.supports_head_size needs >= 32"
+        return f"head_dim {p.head_dim}: {head_check} >= 32"
     if p.block_size % 16:
-        return f"block_size {p.block_size}: TRITON_ATTN needs a multiple of 16"
-    if kv == "fp8_e4m3fnuz" and torch.version.hip is None:
-        return "fp8 e4m3fnuz is ROCm MI300's format: on CUDA fp8 caches are e4m3fn or e5m2"
+        return f"block_size {p.block_size}: {backend} needs a multiple of 16"
+    if kv == "fp8_e4m3fnuz" and fnuz_reason:
+        return fnuz_reason
     if not dc.dtypes.is_fp8(kv) and (p.k_scale != 1 or p.v_scale != 1):
-        return f"{kv} cache with k_scale {p.k_scale}, v_scale {p.v_scale}: the kernel scales fp8 caches only"
+        return f"{kv} cache with k_scale {p.k_scale}, v_scale {p.v_scale}: {scales_note} scales fp8 caches only"
     return None
+
+
+def attention_supports(case):
+    """What the TRITON_ATTN backend and unified_attention reject."""
+    return unified_supports(
+        case, "unified_attention", "TritonAttentionBackend.supports_head_size needs", "TRITON_ATTN",
+        "fp8 e4m3fnuz is ROCm MI300's format: on CUDA fp8 caches are e4m3fn or e5m2" if torch.version.hip is None
+        else None, "the kernel")
 
 
 def paged_views(case):
@@ -441,20 +451,11 @@ def aiter_unified(case):
 
 
 def aiter_unified_supports(case):
-    """What ROCM_AITER_UNIFIED_ATTN and aiter's unified_attention reject, and what this GPU cannot hold."""
-    p = case.params
-    kv = case.dtype("k_cache")
-    if not p.causal:
-        return "aiter unified_attention asserts causal (\"Only causal attention is supported\")"
-    if p.head_dim < 32:
-        return f"head_dim {p.head_dim}: RocmAiterUnifiedAttentionBackend supports head sizes >= 32"
-    if p.block_size % 16:
-        return f"block_size {p.block_size}: ROCM_AITER_UNIFIED_ATTN needs a multiple of 16"
-    if kv == "fp8_e4m3fnuz":
-        return "fp8 e4m3fnuz is MI300X's format: the modelled device (MI355X) and Triton on NVIDIA use e4m3fn"
-    if not dc.dtypes.is_fp8(kv) and (p.k_scale != 1 or p.v_scale != 1):
-        return f"{kv} cache with k_scale {p.k_scale}, v_scale {p.v_scale}: vLLM scales fp8 caches only"
-    return None
+    """What ROCM_AITER_UNIFIED_ATTN and aiter's unified_attention reject."""
+    return unified_supports(
+        case, "aiter unified_attention", "RocmAiterUnifiedAttentionBackend supports head sizes",
+        "ROCM_AITER_UNIFIED_ATTN",
+        "fp8 e4m3fnuz is MI300X's format: the modelled device (MI355X) and Triton on NVIDIA use e4m3fn", "vLLM")
 
 
 def dual_rmsnorm_cat(case):
