@@ -4,6 +4,7 @@
 // giving bit-identical verdicts to the built-ins (guard bands, offsets, aliasing and poisoned KV slots cross
 // the arena unchanged), --isolate included.
 #include <gtest/gtest.h>
+#include <cmath>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -491,7 +492,10 @@ TEST(WorkerCampaign, WorkersWrappingBuiltInsGiveBitIdenticalVerdicts) {
     EXPECT_EQ(a.unsupported, b.unsupported);
     EXPECT_EQ(a.passed, b.passed);
     EXPECT_EQ(a.failures_by_verdict, b.failures_by_verdict);
-    EXPECT_EQ(a.worst_ratio, b.worst_ratio);
+    EXPECT_EQ(a.worst_verdict, b.worst_verdict);
+    // NaN: a worst case without output (cpu.rmsnorm.cuda faults on misaligned rows).
+    EXPECT_TRUE(a.worst_ratio == b.worst_ratio || (std::isnan(a.worst_ratio) && std::isnan(b.worst_ratio)))
+        << a.worst_ratio << " vs " << b.worst_ratio;
     EXPECT_EQ(a.distinct_findings, b.distinct_findings);
   }
   EXPECT_GT(report_of(result.report, "mutant.rmsnorm.oob_write").failures_by_verdict.count("guard_violation"),

@@ -6,15 +6,18 @@
 //   stdout, then replies correctly), wrong_count, wrong_size, wrong_version, out_of_order, extra_reply,
 //   error, fatal (an error reply flagged fatal), decline (an error reply flagged unsupported), guard (flips
 //   the last byte of the first output's storage, a guard band: the oracle's storage check must catch it),
-//   slow_start (sleeps 30 s before reading hello).
+//   nan (every element of every output NaN: a kernel that only ever fails with NaN), slow_start (sleeps 30 s
+//   before reading hello).
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "driftcheck/external/serve.hpp"
 
@@ -48,7 +51,8 @@ MessageType reply_type(MessageType t) {
 
 // The correct reply to a request (what `driftcheck worker` answers).
 // `guard` (when this request was chosen) flips a guard byte before the storages go back.
-nlohmann::json correct_reply(WorkerServer& server, const Backend& b, const Frame& f, bool guard) {
+// `nan` (when this request was chosen) overwrites every output element with NaN.
+nlohmann::json correct_reply(WorkerServer& server, const Backend& b, const Frame& f, bool guard, bool nan) {
   switch (f.type) {
     case MessageType::kHello:
       return hello_reply_json({{std::string(op_name(b.op()))}, true, "", true, "fault_worker"});
@@ -58,6 +62,11 @@ nlohmann::json correct_reply(WorkerServer& server, const Backend& b, const Frame
       const auto arena = server.arena(f.payload.at("arena_size").get<std::uint64_t>());
       DecodedCase d = decode_case(f.payload.at("case"), arena);
       b.run(d.c);
+      if (nan)
+        for (const auto& name : op_signature(d.c).outputs) {
+          Tensor& out = d.c.tensor(name);
+          out.copy_from(std::vector<double>(static_cast<std::size_t>(out.numel()), std::nan("")));
+        }
       if (guard) {
         auto& bytes = d.c.tensor(op_signature(d.c).outputs.front()).storage()->bytes;
         bytes.back() ^= std::byte{0x5a};
@@ -126,7 +135,7 @@ int main(int argc, char** argv) {
     nlohmann::json reply;
     // A kernel error (a twin's modelled CUDA fault) is an error reply, as serve.cpp answers it.
     try {
-      reply = correct_reply(server, *b, *f, chosen && o.fault == "guard");
+      reply = correct_reply(server, *b, *f, chosen && o.fault == "guard", chosen && o.fault == "nan");
     } catch (const std::exception& e) {
       server.reply(MessageType::kError, f->seq, error_json(e.what(), false));
       continue;

@@ -61,7 +61,7 @@ Report sample() {
   FindingGroup g;
   g.id = "mutant.rmsnorm.b-beyond_tolerance-g1", g.op = "rmsnorm", g.backend = "mutant.rmsnorm.b";
   g.verdict = "beyond_tolerance", g.features = {"row stride != width"}, g.shrunk = g.confirmed = true;
-  g.cases = 110, g.shape_classes = {"rms/h96/bf16"}, g.worst_ratio = 37.5;
+  g.cases = 110, g.shape_classes = {"rms/h96/bf16"}, g.worst_ratio = 37.5, g.representative_ratio = 37.5;
   g.worst_value = 0.5, g.worst_reference = 0.4, g.worst_tolerance = 0.00267;
   g.representative = "findings/x", g.replay = "driftcheck replay out/findings/x";
   g.members = {{"mutant.rmsnorm.b-beyond_tolerance-0badf00d", "rms/h96/bf16", 7, 9, 110, "findings/x",
@@ -185,6 +185,46 @@ TEST(ReportJson, NonFiniteNumbersAreTheStringsEveryFileUses) {
   // Older files wrote null for a non-finite number; the gate's project corpus still holds one.
   EXPECT_TRUE(std::isnan(*read_number_json(nlohmann::json(nullptr))));
   EXPECT_THROW(number_from_json("many"), std::invalid_argument);
+}
+
+TEST(Numbers, RatiosPrintTheDigitsThatDecidePassOrFail) {
+  // Three digits would print both "1": one passes, the other fails.
+  EXPECT_EQ(ratio_text(0.99998), "0.99998");
+  EXPECT_EQ(ratio_text(1.003), "1.003");
+  EXPECT_EQ(ratio_text(1.0), "1");
+  EXPECT_EQ(ratio_text(1 + 1e-12), "1.000000000001");
+  EXPECT_EQ(ratio_text(0.999), "0.999");
+  EXPECT_EQ(ratio_text(std::numeric_limits<double>::quiet_NaN()), "no output");
+}
+
+TEST(Numbers, EveryFailureReadsAsOneAndTheGravestIsTheWorst) {
+  const double inf = std::numeric_limits<double>::infinity();
+  // A NaN output's small finite-pair ratio reads as inf, a case without output as NaN.
+  EXPECT_EQ(case_ratio("nan_mismatch", 0.5), inf);
+  EXPECT_EQ(case_ratio("inf_mismatch", 0.5), inf);
+  for (const char* v : {"error", "crash", "timeout"}) EXPECT_TRUE(std::isnan(case_ratio(v, 0))) << v;
+  EXPECT_EQ(case_ratio("beyond_tolerance", 3.5), 3.5);
+  EXPECT_EQ(case_ratio("", 0.25), 0.25);
+  // Graver verdicts are worse whatever the ratios; within one, the larger ratio, then the lower case.
+  EXPECT_TRUE(worse_case("beyond_statistical_bound", 0.9, 8, "", 0.99, 1));
+  EXPECT_TRUE(worse_case("beyond_tolerance", 1.5, 8, "batch_variant", 0.3, 1));
+  EXPECT_TRUE(worse_case("nan_mismatch", inf, 8, "beyond_tolerance", 1e30, 1));
+  EXPECT_TRUE(worse_case("crash", std::nan(""), 8, "nan_mismatch", inf, 1));
+  EXPECT_FALSE(worse_case("beyond_tolerance", 1.5, 8, "beyond_tolerance", 1.5, 1));
+  EXPECT_TRUE(worse_case("beyond_tolerance", 1.5, 1, "beyond_tolerance", 1.5, 8));
+  EXPECT_TRUE(worse_case("", std::nan(""), 8, "", 7.0, 1));
+  // The worst cell never reads as passing for a failure.
+  EXPECT_EQ(worst_cell("nan_mismatch", inf), "NaN/Inf");
+  EXPECT_EQ(worst_cell("crash", std::nan("")), "no output: worker crash");
+  EXPECT_EQ(worst_cell("timeout", std::nan("")), "no output: timeout");
+  EXPECT_EQ(worst_cell("error", std::nan("")), "no output: backend error");
+  EXPECT_EQ(worst_cell("beyond_statistical_bound", 0.93), "statistically improbable (0.93)");
+  EXPECT_EQ(worst_cell("batch_variant", 0.2), "batch-dependent bits");
+  EXPECT_EQ(worst_cell("", 0.2), "0.2");
+  EXPECT_EQ(worst_style("", 0.2), "pass");
+  EXPECT_EQ(worst_style("beyond_statistical_bound", 0.2), "fail");
+  EXPECT_EQ(worst_style("nan_mismatch", inf), "nf");
+  EXPECT_EQ(worst_style("error", std::nan("")), "nf");
 }
 
 TEST(Numbers, SayWhatAstronomicalRatiosAre) {
@@ -321,14 +361,18 @@ TEST(ReportMarkdown, AnUnshrunkGroupsWorstIsItsFirstFindingsDetail) {
   g.shrunk = g.confirmed = false, g.representative.clear(), g.worst_ratio = 204.2;
   g.worst_value = g.worst_reference = g.worst_tolerance = 0;
   g.detail = "o[8, 3, 44]: -107 vs reference 78.3864815, tolerance 0.908, 204x tolerance";
+  g.worst_case = 17;
   const std::string md = to_markdown(r);
-  EXPECT_NE(md.find("- worst: " + g.detail + "\n"), std::string::npos) << md;
+  const std::string worst = "204 at case 17; first failing case: " + g.detail;
+  EXPECT_NE(md.find("- worst: " + worst + "\n"), std::string::npos) << md;
   EXPECT_EQ(md.find("vs reference 0,"), std::string::npos) << md;
   const std::string html = to_html(one_run(r), nullptr, "no library here");
-  EXPECT_NE(html.find("<li>worst: " + g.detail + "</li>"), std::string::npos);
-  // A shrunk group keeps its worst element.
-  EXPECT_NE(to_markdown(sample()).find("- worst: 37.5x tolerance (0.5 vs reference 0.4, tolerance 0.00267)"),
-            std::string::npos);
+  EXPECT_NE(html.find("<li>worst: " + worst + "</li>"), std::string::npos);
+  // A shrunk group keeps its representative's worst element beside its worst over every member.
+  EXPECT_NE(to_markdown(sample()).find("- worst: 37.5 at case 0; representative: 37.5x tolerance (0.5 vs "
+                                       "reference 0.4, tolerance 0.00267)"),
+            std::string::npos)
+      << to_markdown(sample());
 }
 
 TEST(ReportHtml, EmbedsEveryPlotWithTheModelsNumbers) {
@@ -349,7 +393,13 @@ TEST(ReportHtml, EmbedsEveryPlotWithTheModelsNumbers) {
   }
   EXPECT_EQ(plotted, 3);
   EXPECT_EQ(above_tolerance, 2) << "the two cases at 40x tolerance";
-  EXPECT_NE(hist.at("title").at("subtitle").get<std::string>().find("1 NaN/Inf"), std::string::npos);
+  // The exact case and the NaN/Inf one are bars of their own beside the ratio axis, not left out.
+  const auto& special = hist.at("data")[1].at("values");
+  ASSERT_EQ(special.size(), 2u) << special.dump();
+  EXPECT_EQ(special[0].at("label"), "exact");
+  EXPECT_EQ(special[0].at("n"), 1);
+  EXPECT_EQ(special[1].at("label"), "NaN/Inf");
+  EXPECT_EQ(special[1].at("n"), 1);
   // The heatmap: one datum per cell, the NaN/Inf cell marked as such.
   const auto& heat = spec_titled(specs, "mutant.rmsnorm.b: y");
   const auto& cells = heat.at("data")[0].at("values");

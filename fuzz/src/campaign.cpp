@@ -31,6 +31,7 @@
 #include "driftcheck/fuzz/features.hpp"
 #include "driftcheck/fuzz/journal.hpp"
 #include "driftcheck/fuzz/profiles.hpp"
+#include "driftcheck/reports/numbers.hpp"
 #include "thread_group.hpp"
 
 namespace driftcheck::fuzz {
@@ -51,8 +52,8 @@ void add_drift(reports::DriftStats& d, std::uint64_t index, const Evaluation& e)
     return m.output == "y" || m.output == "out" || m.output == "o";
   });
   if (primary != e.metrics.end()) bias = primary->mean_signed_ulps;
-  d.add(index, is_failure(e.verdict) ? std::string(verdict_name(e.verdict)) : std::string(), e.worst_ratio,
-        bias, share);
+  const std::string verdict = is_failure(e.verdict) ? std::string(verdict_name(e.verdict)) : std::string();
+  d.add(index, verdict, reports::case_ratio(verdict, e.worst_ratio), bias, share);
 }
 
 // Shared by the threads that run its cases: one stuck in a case after an interrupt's grace is abandoned and
@@ -328,7 +329,8 @@ void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& sp
   s.record(e, p.input.index, shape_class(spec));
   add_drift(s.drift[drift_format(spec)], p.input.index, e);
   s.record_shape(spec, e);
-  if (is_failure(e.verdict)) ++stats.failing[on_failure(b, spec, p, e)];
+  if (is_failure(e.verdict))
+    stats.add_failing(on_failure(b, spec, p, e), verdict_name(e.verdict), e.worst_ratio, p.input.index);
 }
 
 // Over the cases of one shape class (docs/ORACLE.md section 9): a class whose count of cases at or below the

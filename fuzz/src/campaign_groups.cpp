@@ -255,19 +255,15 @@ class GroupPhase : public std::enable_shared_from_this<GroupPhase> {
   PhaseResult out_;
 };
 
-// A NaN/Inf output has no finite error: its ratio is infinite (the oracle's worst ratio covers finite pairs).
-double group_ratio(const std::string& verdict, double ratio) {
-  return verdict == "nan_mismatch" || verdict == "inf_mismatch" ? INFINITY : ratio;
-}
-
-reports::GroupMember member(const FindingState& f, std::int64_t cases) {
+void add_member(reports::FindingGroup& g, const FindingState& f, const FailingOf& n) {
   const auto& r = f.report;
-  return {r.id, r.shape_class, r.seed, r.case_index, cases, r.bundle, r.replay};
-}
-
-void add_member(reports::FindingGroup& g, const FindingState& f, std::int64_t cases) {
-  g.members.push_back(member(f, cases));
-  g.cases += cases;
+  g.members.push_back(
+      {r.id, r.shape_class, r.seed, r.case_index, n.cases, r.bundle, r.replay, n.worst_ratio, n.worst_case});
+  // The group's worst is over every member's failing cases, not its shrunk representative's alone.
+  if (g.members.size() == 1 ||
+      reports::worse_case("", n.worst_ratio, n.worst_case, "", g.worst_ratio, g.worst_case))
+    g.worst_ratio = n.worst_ratio, g.worst_case = n.worst_case;
+  g.cases += n.cases;
   if (std::find(g.shape_classes.begin(), g.shape_classes.end(), f.report.shape_class) ==
       g.shape_classes.end())
     g.shape_classes.push_back(f.report.shape_class);
@@ -279,16 +275,28 @@ reports::FindingGroup from_def(const GroupDef& d) {
   g.features = d.features, g.shrunk = true, g.confirmed = d.confirmed, g.not_needed = d.not_needed;
   g.representative = d.bundle, g.replay = d.replay, g.detail = d.evaluation.detail, g.shape = d.shape;
   g.shrink_steps = d.shrink.accepted, g.shrink_tries = d.shrink.tried, g.shrink_minimal = d.shrink.minimal;
-  g.worst_ratio = group_ratio(d.verdict, d.evaluation.worst_ratio);
   for (const auto& m : d.evaluation.metrics) {
     if (m.worst_ratio < d.evaluation.worst_ratio && !std::isnan(m.worst_ratio)) continue;
-    g.worst_output = m.output, g.worst_value = m.worst_value, g.worst_reference = m.worst_reference;
+    g.worst_output = m.output, g.representative_ratio = reports::case_ratio(d.verdict, m.worst_ratio);
+    g.worst_value = m.worst_value, g.worst_reference = m.worst_reference;
     g.worst_tolerance = m.worst_tolerance;
   }
   return g;
 }
 
 }  // namespace
+
+FailingOf failing_of(const reports::FindingReport& r, const FailingCases& failing) {
+  // The finding's own case failed at least once, whether or not a checkpoint counted it yet.
+  FailingOf out{1, reports::case_ratio(r.verdict, r.worst_ratio), r.case_index};
+  if (const auto it = failing.counts.find(r.id); it != failing.counts.end())
+    out.cases = std::max<std::int64_t>(1, it->second);
+  if (const auto it = failing.worst.find(r.id);
+      it != failing.worst.end() &&
+      reports::worse_case("", it->second.first, it->second.second, "", out.worst_ratio, out.worst_case))
+    out.worst_ratio = it->second.first, out.worst_case = it->second.second;
+  return out;
+}
 
 PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs,
                         std::shared_ptr<const void> owner) {
@@ -299,15 +307,13 @@ PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int job
 
 std::vector<reports::FindingGroup> report_groups(const std::map<std::string, FindingState>& findings,
                                                  const std::vector<GroupDef>& defs,
-                                                 const std::map<std::string, std::int64_t>& failing) {
+                                                 const FailingCases& failing) {
   std::vector<reports::FindingGroup> groups;
   std::map<std::string, std::size_t> index;  // group id -> position
   for (const auto& d : defs) index.emplace(d.id, groups.size()), groups.push_back(from_def(d));
   std::map<std::string, std::size_t> unexplained;  // class -> position
   for (const auto& [sig, f] : findings) {
-    const auto it = failing.find(f.report.id);
-    // A finding's own case failed at least once, whether or not a checkpoint counted it yet.
-    const std::int64_t cases = std::max<std::int64_t>(1, it == failing.end() ? 0 : it->second);
+    const FailingOf cases = failing_of(f.report, failing);
     if (const GroupDef* d = best_group(sig, f.report, defs)) {
       add_member(groups[index.at(d->id)], f, cases);
       continue;
@@ -317,8 +323,7 @@ std::vector<reports::FindingGroup> report_groups(const std::map<std::string, Fin
       reports::FindingGroup g;
       g.id = fmt::format("{}-{}-unshrunk", f.report.backend, f.report.verdict);
       g.op = f.report.op, g.backend = f.report.backend, g.verdict = f.report.verdict;
-      g.features = f.report.features, g.detail = f.report.detail;
-      g.worst_ratio = group_ratio(f.report.verdict, f.report.worst_ratio), g.replay = f.report.replay;
+      g.features = f.report.features, g.detail = f.report.detail, g.replay = f.report.replay;
       unexplained.emplace(c, groups.size());
       groups.push_back(std::move(g));
     }
@@ -332,12 +337,7 @@ std::vector<reports::FindingGroup> report_groups(const std::map<std::string, Fin
     add_member(g, f, cases);
   }
   std::erase_if(groups, [](const auto& g) { return g.members.empty(); });
-  std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
-    const double sa = reports::verdict_severity(a.verdict, a.worst_ratio);
-    const double sb = reports::verdict_severity(b.verdict, b.worst_ratio);
-    if (sa != sb) return sa > sb;
-    return a.cases > b.cases;
-  });
+  std::stable_sort(groups.begin(), groups.end(), reports::worse_group);
   return groups;
 }
 

@@ -28,11 +28,27 @@ namespace driftcheck::fuzz {
 PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs,
                         std::shared_ptr<const void> owner);
 
-// The report's groups, worst first: each finding joins the most specific group of its (backend, verdict)
-// whose features its drawn case has (a representative always joins its own group); findings no group
-// explains form one unshrunk group per (backend, verdict). `failing` counts failing cases by finding id.
+// Failing cases by finding id: how many, and the worst one's case_ratio and index (Stats::failing and
+// failing_worst).
+struct FailingCases {
+  const std::map<std::string, std::int64_t>& counts;
+  const std::map<std::string, std::pair<double, std::uint64_t>>& worst;
+};
+
+// One finding's failing cases: how many, and the worst one's case_ratio and index.
+struct FailingOf {
+  std::int64_t cases;
+  double worst_ratio;
+  std::uint64_t worst_case;
+};
+FailingOf failing_of(const reports::FindingReport& r, const FailingCases& failing);
+
+// The report's groups, worst first (reports::worse_group): each finding joins the most specific group of its
+// (backend, verdict) whose features its drawn case has (a representative always joins its own group);
+// findings no group explains form one unshrunk group per (backend, verdict). A group's count and worst are
+// over its members' failing cases.
 std::vector<reports::FindingGroup> report_groups(const std::map<std::string, FindingState>& findings,
                                                  const std::vector<GroupDef>& groups,
-                                                 const std::map<std::string, std::int64_t>& failing);
+                                                 const FailingCases& failing);
 
 }  // namespace driftcheck::fuzz

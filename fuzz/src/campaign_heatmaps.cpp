@@ -10,6 +10,7 @@
 
 #include "campaign_shrink.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
+#include "driftcheck/reports/numbers.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -30,6 +31,18 @@ double rounded(double v) {
   return std::isfinite(v) && v > 0 ? std::stod(fmt::format("{:.3g}", v)) : v;
 }
 
+// The card of a worst case that produced no output: what happened and how to replay it, no cells.
+reports::Heatmap no_output(const Backend& b, const CampaignOptions& opts, std::uint64_t index,
+                           std::string verdict, std::string detail) {
+  reports::Heatmap h;
+  h.backend = std::string(b.name()), h.op = std::string(op_name(b.op()));
+  h.seed = opts.seed, h.case_index = index;
+  h.shape_class = shape_class(draw_locked(b.op(), opts.seed, index, opts.gen).spec);
+  h.replay = stream_replay_command(b.op(), opts.seed, index, b.name(), opts.gen.model);
+  h.verdict = std::move(verdict), h.detail = std::move(detail);
+  return h;
+}
+
 std::optional<reports::Heatmap> heatmap(const Backend& named, const CampaignOptions& opts,
                                         std::uint64_t index) {
   // A mutant is replayed as the campaign judged it: with its twin's known upstream defects repaired.
@@ -45,7 +58,7 @@ std::optional<reports::Heatmap> heatmap(const Backend& named, const CampaignOpti
   const PreparedCase p = prepare(std::move(c));
   // The heatmap needs the outputs against the reference only: no metamorphic re-runs, no statistical tier.
   const Evaluation e = evaluate(b, p, EvalOptions{false, false});
-  if (e.outputs.empty()) return std::nullopt;
+  if (e.outputs.empty()) return no_output(named, opts, index, std::string(verdict_name(e.verdict)), e.detail);
   // The output that holds the worst element.
   std::string name = e.outputs.begin()->first;
   double worst = -1;
@@ -57,6 +70,7 @@ std::optional<reports::Heatmap> heatmap(const Backend& named, const CampaignOpti
   const auto tol = tolerances(p, b.numerics_for(p.input)).at(name);
   const Shape& shape = out_t.shape();
   reports::Heatmap h;
+  h.verdict = is_failure(e.verdict) ? std::string(verdict_name(e.verdict)) : std::string();
   h.backend = std::string(named.name()), h.op = std::string(op_name(b.op())), h.output = name;
   h.seed = opts.seed, h.case_index = index, h.shape_class = shape_class(drawn.spec);
   h.replay = stream_replay_command(b.op(), opts.seed, index, named.name(), opts.gen.model);
@@ -89,6 +103,12 @@ std::vector<reports::Heatmap> worst_case_heatmaps(const CampaignOptions& opts, c
     std::string why;
     const auto it = stats.backends.find(std::string(b->name()));
     if (!b->available(&why) || it == stats.backends.end() || it->second.run == 0) continue;
+    // A worst case without output (an error, a crash, a timeout) is not run again: a hang would cost another
+    // timeout, and there is nothing to draw.
+    if (reports::verdict_rank(it->second.worst_verdict) == 5) {
+      out.push_back(no_output(*b, opts, it->second.worst_case, it->second.worst_verdict, {}));
+      continue;
+    }
     try {
       if (auto h = heatmap(*b, opts, it->second.worst_case)) out.push_back(std::move(*h));
     } catch (const std::exception&) {

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <ostream>
+#include <tuple>
 
 #include <fmt/format.h>
+
+#include "driftcheck/reports/numbers.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -38,7 +41,8 @@ reports::BackendReport backend_report(const Backend& b, const BackendStats& s,
   br.kind = std::string(backend_kind_name(b.kind()));
   br.cases_run = s.run, br.unsupported = s.unsupported, br.top_unsupported = top_reasons(s.reasons);
   br.passed = s.passed, br.failures_by_verdict = s.failures;
-  br.worst_ratio = s.worst_ratio, br.worst_case = s.worst_case, br.check_seconds = s.seconds;
+  br.worst_verdict = s.worst_verdict, br.worst_ratio = s.worst_ratio, br.worst_case = s.worst_case;
+  br.check_seconds = s.seconds;
   br.drift = s.drift;
   for (const auto& [sig, f] : findings) {
     if (f.report.backend != br.name) continue;
@@ -93,15 +97,18 @@ reports::Report build_report(const ReportInputs& in) {
         backend_report(*b, it == in.stats.backends.end() ? BackendStats{} : it->second, in.findings));
     if (!r.backends.back().error.empty()) r.errors.push_back(r.backends.back().error);
   }
+  const FailingCases failing{in.stats.failing, in.stats.failing_worst};
+  r.groups = report_groups(in.findings, in.groups, failing);
   for (const auto& [sig, f] : in.findings) {
+    const FailingOf n = failing_of(f.report, failing);
     r.findings.push_back(f.report);
-    const auto it = in.stats.failing.find(f.report.id);
-    r.findings.back().cases = std::max<std::int64_t>(1, it == in.stats.failing.end() ? 0 : it->second);
+    r.findings.back().cases = n.cases, r.findings.back().worst_ratio = n.worst_ratio;
   }
-  r.groups = report_groups(in.findings, in.groups, in.stats.failing);
   r.heatmaps = in.heatmaps;
-  std::sort(r.findings.begin(), r.findings.end(),
-            [](const auto& a, const auto& b) { return a.found_after_s < b.found_after_s; });
+  // Stream order, not discovery order: the report does not depend on which worker met a case first.
+  std::sort(r.findings.begin(), r.findings.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.case_index, a.id) < std::tie(b.case_index, b.id);
+  });
   for (const auto& [key, p] : in.stats.pairs) {
     const Backend* a = in.opts.backends->find(key.first);
     r.divergence.push_back({a ? std::string(op_name(a->op())) : "?", key.first, key.second, p.max_ulps,
@@ -122,8 +129,8 @@ void print_summary(const CampaignOptions& opts, const reports::Report& r, bool w
   for (const auto& b : r.backends) {
     std::int64_t failed = 0;
     for (const auto& [v, n] : b.failures_by_verdict) failed += n;
-    o << fmt::format("{:<44} {:>8} {:>8} {:>8} {:>8} {:>10.3g}\n", b.name, b.cases_run, b.passed,
-                     b.unsupported, failed, b.worst_ratio);
+    o << fmt::format("{:<44} {:>8} {:>8} {:>8} {:>8} {}\n", b.name, b.cases_run, b.passed, b.unsupported,
+                     failed, b.cases_run > 0 ? reports::worst_cell(b.worst_verdict, b.worst_ratio) : "-");
   }
   o << fmt::format(
       "\n{} cases, {} checks in {:.1f} s ({:.0f} checks/s); {} failing signatures in {} groups\n", r.cases,

@@ -8,6 +8,7 @@
 #include "driftcheck/fuzz/features.hpp"
 #include "driftcheck/fuzz/json_fields.hpp"
 #include "driftcheck/reports/json_text.hpp"
+#include "driftcheck/reports/numbers.hpp"
 
 namespace driftcheck::fuzz {
 
@@ -27,12 +28,14 @@ StatisticalClass class_from_json(const json& j) {  // j is an object
 
 }  // namespace
 
-bool BackendStats::worse(double ratio, std::uint64_t index) const {
-  return run == 0 || reports::worse_case(ratio, index, worst_ratio, worst_case);
+bool BackendStats::worse(std::string_view verdict, double ratio, std::uint64_t index) const {
+  return run == 0 || reports::worse_case(verdict, ratio, index, worst_verdict, worst_ratio, worst_case);
 }
 
 void BackendStats::record(const Evaluation& e, std::uint64_t index, const std::string& shape) {
-  if (worse(e.worst_ratio, index)) worst_ratio = e.worst_ratio, worst_case = index;
+  const std::string_view verdict = is_failure(e.verdict) ? verdict_name(e.verdict) : std::string_view();
+  const double ratio = reports::case_ratio(verdict, e.worst_ratio);
+  if (worse(verdict, ratio, index)) worst_verdict = verdict, worst_ratio = ratio, worst_case = index;
   ++run;
   if (e.verdict == Verdict::kPass)
     ++passed;
@@ -44,8 +47,7 @@ void BackendStats::record(const Evaluation& e, std::uint64_t index, const std::s
 }
 
 void BackendStats::record_shape(const CaseSpec& spec, const Evaluation& e) {
-  const double ratio =
-      e.verdict == Verdict::kNanMismatch || e.verdict == Verdict::kInfMismatch ? INFINITY : e.worst_ratio;
+  const double ratio = reports::case_ratio(verdict_name(e.verdict), e.worst_ratio);
   for (const ShapeKey& key : shape_buckets(spec)) {
     ShapeStats& sh = shapes[key.param + "|" + key.bucket];
     sh.param = key.param, sh.bucket = key.bucket, sh.order = key.order;
@@ -66,7 +68,8 @@ void ShapeStats::merge(const ShapeStats& o) {
 }
 
 void BackendStats::merge(const BackendStats& o) {
-  if (o.run > 0 && worse(o.worst_ratio, o.worst_case)) worst_ratio = o.worst_ratio, worst_case = o.worst_case;
+  if (o.run > 0 && worse(o.worst_verdict, o.worst_ratio, o.worst_case))
+    worst_verdict = o.worst_verdict, worst_ratio = o.worst_ratio, worst_case = o.worst_case;
   for (const auto& [k, sh] : o.shapes) shapes[k].merge(sh);
   run += o.run, unsupported += o.unsupported, passed += o.passed, seconds += o.seconds;
   for (const auto& [c, t] : o.stat_classes) stat_classes[c].merge(t);
@@ -90,6 +93,7 @@ json BackendStats::to_json() const {
           {"reasons", reasons},
           {"failures", failures},
           {"known", known},
+          {"worst_verdict", worst_verdict},
           {"worst_ratio", number_json(worst_ratio)},
           {"worst_case", worst_case},
           {"seconds", seconds},
@@ -126,6 +130,7 @@ BackendStats BackendStats::from_json(const json& j) {
   // Journals written before known findings existed have no "known".
   if (j.contains("known")) s.known = counts_from(j, "known");
   s.worst_ratio = number_field(j, "worst_ratio"), s.worst_case = u64_field(j, "worst_case");
+  if (j.contains("worst_verdict")) s.worst_verdict = string_field(j, "worst_verdict");
   s.seconds = number_field(j, "seconds");
   // Journals written before drift statistics existed resume with none for their cases.
   if (j.contains("drift"))
@@ -168,6 +173,19 @@ void Stats::merge(const Stats& o) {
     ops[n].cases += op.cases, ops[n].reference_seconds += op.reference_seconds;
   checks += o.checks;
   for (const auto& [id, n] : o.failing) failing[id] += n;
+  for (const auto& [id, w] : o.failing_worst) fold_worst(id, w.first, w.second);
+}
+
+void Stats::fold_worst(const std::string& id, double ratio, std::uint64_t index) {
+  // One finding id has one verdict, so the ratio and the index decide (reports::worse_case).
+  const auto [it, fresh] = failing_worst.try_emplace(id, ratio, index);
+  if (!fresh && reports::worse_case("", ratio, index, "", it->second.first, it->second.second))
+    it->second = {ratio, index};
+}
+
+void Stats::add_failing(const std::string& id, std::string_view verdict, double ratio, std::uint64_t index) {
+  ++failing[id];
+  fold_worst(id, reports::case_ratio(verdict, ratio), index);
 }
 
 json Stats::to_json() const {
@@ -177,7 +195,10 @@ json Stats::to_json() const {
     p.push_back({k.first, k.second, number_json(s.max_ulps), s.shared, number_json(s.max_ratio), s.beyond,
                  s.nonfinite});
   for (const auto& [n, s] : ops) o[n] = {s.cases, s.reference_seconds};
-  return {{"backends", b}, {"pairs", p}, {"ops", o}, {"checks", checks}, {"failing", failing}};
+  json worst = json::object();
+  for (const auto& [id, w] : failing_worst) worst[id] = {number_json(w.first), w.second};
+  return {{"backends", b},    {"pairs", p},         {"ops", o},
+          {"checks", checks}, {"failing", failing}, {"failing_worst", worst}};
 }
 
 // pairs: [[a, b, max_ulps, shared, max_ratio, beyond, nonfinite], ...]; ops: {"op": [cases,
@@ -207,6 +228,14 @@ Stats Stats::from_json(const json& j) {
   }
   s.checks = int_field(j, "checks", 0);
   if (j.contains("failing")) s.failing = counts_from(j, "failing");  // journals before groups have none
+  if (j.contains("failing_worst"))  // journals before a group's worst was over its members have none
+    for (const auto& item : object_field(j, "failing_worst").items()) {
+      const std::string name = "failing_worst." + item.key();
+      const json& w = item.value();
+      if (!w.is_array() || w.size() != 2) throw FieldError(name, "expected [ratio, case]");
+      s.failing_worst[item.key()] = {number_value(w[0], name),
+                                     static_cast<std::uint64_t>(int_value(w[1], name, 0))};
+    }
   return s;
 }
 

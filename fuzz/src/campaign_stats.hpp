@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +44,8 @@ struct BackendStats {
   std::map<std::string, StatisticalClass> stat_classes;  // the statistical tier's counts by shape class
   std::map<std::string, std::int64_t> reasons, failures;
   std::map<std::string, std::int64_t> known;  // known finding id -> failing cases it explained
+  // The worst case (reports::worse_case): its verdict ("" passed), case_ratio and index.
+  std::string worst_verdict;
   double worst_ratio = 0;
   std::uint64_t worst_case = 0;
   double seconds = 0;
@@ -50,15 +53,15 @@ struct BackendStats {
   std::map<std::string, ShapeStats> shapes;          // by "param|bucket"
 
   // Folds in one judged (supported) evaluation of case `index` of shape class `shape`: run, passed or
-  // failures by verdict, worst ratio, the statistical tier's class counts.
+  // failures by verdict, the worst case, the statistical tier's class counts.
   void record(const Evaluation& e, std::uint64_t index, const std::string& shape);
-  // Folds the same evaluation into the buckets of the case's shape parameters (features.hpp shape_buckets); a
-  // NaN/Inf output counts as an infinite ratio there.
+  // Folds the same evaluation into the buckets of the case's shape parameters (features.hpp shape_buckets),
+  // by its case_ratio (a NaN/Inf output infinite, no output NaN).
   void record_shape(const CaseSpec& spec, const Evaluation& e);
   void merge(const BackendStats& o);
-  // Whether case `index` with `ratio` would be the new worst case (reports::worse_case: independent of the
-  // order cases are folded in).
-  bool worse(double ratio, std::uint64_t index) const;
+  // Whether case `index` would be the new worst case (reports::worse_case: independent of the order cases
+  // are folded in).
+  bool worse(std::string_view verdict, double ratio, std::uint64_t index) const;
   nlohmann::json to_json() const;
   nlohmann::json shapes_json() const;
   static BackendStats from_json(const nlohmann::json& j);  // throws FieldError (json_fields.hpp)
@@ -88,6 +91,13 @@ struct Stats {
   std::map<std::string, OpStats> ops;
   std::int64_t checks = 0;
   std::map<std::string, std::int64_t> failing;  // failing cases by finding id (signature)
+  // The worst failing case of each finding id: its case_ratio and index (the verdict is the finding's).
+  std::map<std::string, std::pair<double, std::uint64_t>> failing_worst;
+
+  // Folds one failing case of finding `id` into failing and failing_worst.
+  void add_failing(const std::string& id, std::string_view verdict, double ratio, std::uint64_t index);
+  // Folds a case_ratio into failing_worst.
+  void fold_worst(const std::string& id, double ratio, std::uint64_t index);
 
   void merge(const Stats& o);
   nlohmann::json to_json() const;

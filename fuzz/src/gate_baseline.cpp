@@ -45,9 +45,10 @@ nlohmann::ordered_json entry_json(const BaselineEntry& e) {
 }
 
 // The reader is fuzzed: every value is read through json_fields (type and range checked), never trusted.
+// A ratio is >= 0, inf (a NaN/Inf output) or nan (a case without output: an error, crash or timeout).
 double ratio_field(const json& j, std::string_view key) {
   const double v = number_field(j, key);
-  if (!(v >= 0)) throw FieldError(std::string(key), fmt::format("{} is not >= 0", v));
+  if (!(v >= 0) && !std::isnan(v)) throw FieldError(std::string(key), fmt::format("{} is not >= 0", v));
   return v;
 }
 
@@ -89,8 +90,11 @@ struct Metric {
 };
 
 // Ratios: relative margin on max(value, floor). From 0 (exact data movement) any measurable rise is
-// infinitely many margins when the margin is 0.
+// infinitely many margins when the margin is 0. NaN (a case without output, reports::case_ratio) is worse
+// than any number, inf included.
 double ratio_severity(double base, double now, double margin) {
+  if (std::isnan(now) || std::isnan(base))
+    return std::isnan(now) == std::isnan(base) ? 0 : std::isnan(now) ? kInf : -kInf;
   if (now == base || (std::isinf(now) && std::isinf(base))) return 0;
   if (std::isinf(now)) return kInf;
   if (std::isinf(base)) return -kInf;

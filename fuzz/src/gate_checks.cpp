@@ -14,6 +14,7 @@
 #include "driftcheck/fuzz/golden.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
+#include "driftcheck/reports/numbers.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -27,8 +28,16 @@ GateCheck new_check(std::string backend, std::string op, std::string check) {
   return c;
 }
 
-std::string ratio_text(double r) {
+// A statistic of the baseline comparison: a number, "inf" (a NaN or infinite output) or "no output".
+std::string stat_text(double r) {
+  if (std::isnan(r)) return "no output (error, crash or timeout)";
   return std::isfinite(r) ? fmt::format("{:.3g}", r) : "inf (NaN or infinite output)";
+}
+
+// One judged case in a check's details: its verdict and what its worst element says (reports::worst_cell).
+std::string case_text(const Evaluation& ev) {
+  const std::string_view v = verdict_name(ev.verdict);
+  return fmt::format("{}: {}", v, reports::worst_cell(v, reports::case_ratio(v, ev.worst_ratio)));
 }
 
 std::string replay(const reports::BackendReport& b, std::uint64_t seed, std::uint64_t index) {
@@ -74,9 +83,9 @@ void budget_problems(const reports::BackendReport& b, const std::string& format,
                               n.cases, d.cases, n.first_case, replay(b, seed, n.first_case)));
   }
   if (!(d.worst_ratio <= budget.max_ratio))
-    out.push_back(fmt::format("{}: worst error {} x tolerance > max_ratio {} (case {})\n    {}", format,
-                              ratio_text(d.worst_ratio), budget.max_ratio, d.worst_case,
-                              replay(b, seed, d.worst_case)));
+    out.push_back(fmt::format("{}: worst error / tolerance {} > max_ratio {} (case {})\n    {}", format,
+                              reports::worst_cell(d.worst_verdict, d.worst_ratio), budget.max_ratio,
+                              d.worst_case, replay(b, seed, d.worst_case)));
   if (d.max_share_beyond > budget.max_share_beyond)
     out.push_back(
         fmt::format("{}: {:.3g}% of one case's elements beyond tolerance > max_share_beyond {:.3g}%", format,
@@ -145,9 +154,8 @@ void run_entry(const CorpusEntry& e, const std::vector<GateBackend>& backends, s
     ++tally[i].failed;
     checks[i].status = CheckStatus::kFailed;
     checks[i].details +=
-        fmt::format("{} (found on {} as {}): {} {}x tolerance: {}\n    driftcheck replay {} --backend {}\n",
-                    e.id, e.origin_backend, e.origin_verdict, verdict_name(ev.verdict),
-                    ratio_text(ev.worst_ratio), ev.detail, e.dir.string(), b.name());
+        fmt::format("{} (found on {} as {}): {}: {}\n    driftcheck replay {} --backend {}\n", e.id,
+                    e.origin_backend, e.origin_verdict, case_text(ev), ev.detail, e.dir.string(), b.name());
   }
 }
 
@@ -190,7 +198,17 @@ GateCheck backend_golden_check(const GateBackend& gb, const std::vector<GoldenCa
   const Backend& b = *gb.backend;
   GateCheck c = new_check(std::string(b.name()), std::string(op_name(b.op())), "golden");
   Tally t;
+  // The worst golden case (reports::worse_case: the gravest verdict, then the largest ratio).
+  std::string worst_verdict;
   double worst = 0;
+  std::uint64_t worst_index = 0, index = 0;
+  const auto fold = [&](const Evaluation& ev) {
+    const std::string_view v = is_failure(ev.verdict) ? verdict_name(ev.verdict) : std::string_view();
+    const double r = reports::case_ratio(v, ev.worst_ratio);
+    if (reports::worse_case(v, r, index, worst_verdict, worst, worst_index))
+      worst_verdict = v, worst = r, worst_index = index;
+    ++index;
+  };
   const auto t0 = std::chrono::steady_clock::now();
   for (const auto& g : golden) {
     if (g.spec.op != b.op() || interrupted(interrupt)) continue;
@@ -207,18 +225,17 @@ GateCheck backend_golden_check(const GateBackend& gb, const std::vector<GoldenCa
     }
     ++t.run;
     if (within_budget(ev, gb.budget)) {
-      worst = std::max(worst, ev.worst_ratio);
+      fold(ev);
       continue;
     }
     if (const Explained known = explain_failure(builtin_known_findings(), b, p, ev); !known.empty()) {
       add_known(t, known);
       continue;
     }
-    worst = std::max(worst, ev.worst_ratio);
+    fold(ev);
     ++t.failed;
-    c.details += fmt::format(
-        "{}: {} {}x tolerance: {}\n    driftcheck golden verify --dir {} --case {} --backend {}\n", g.name,
-        verdict_name(ev.verdict), ratio_text(ev.worst_ratio), ev.detail, dir.string(), g.name, b.name());
+    c.details += fmt::format("{}: {}: {}\n    driftcheck golden verify --dir {} --case {} --backend {}\n",
+                             g.name, case_text(ev), ev.detail, dir.string(), g.name, b.name());
   }
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   tally_properties(t, c);
@@ -230,8 +247,8 @@ GateCheck backend_golden_check(const GateBackend& gb, const std::vector<GoldenCa
     c.status = CheckStatus::kSkipped;
     c.message = fmt::format("supports none of the {} golden cases of its op", t.unsupported);
   } else {
-    c.message = fmt::format("{} golden cases within budget (worst {} x tolerance){}", t.run - t.known,
-                            ratio_text(worst), known_line(t));
+    c.message = fmt::format("{} golden cases within budget (worst {}){}", t.run - t.known,
+                            reports::worst_cell(worst_verdict, worst), known_line(t));
   }
   return c;
 }
@@ -355,7 +372,7 @@ GateCheck baseline_check(const GateBackend& b, const std::vector<reports::Baseli
       if (v != it->second.failures.end()) index = v->second.first_case;
     }
     c.details += fmt::format("{} {}: {} -> {} ({} margins worse)\n", ch.format, ch.metric,
-                             ratio_text(ch.baseline), ratio_text(ch.now), ratio_text(ch.severity));
+                             stat_text(ch.baseline), stat_text(ch.now), stat_text(ch.severity));
     if (it != campaign.drift.end()) c.details += fmt::format("    {}\n", replay(campaign, seed, index));
   }
   c.properties.emplace_back("changes", std::to_string(changes.size()));

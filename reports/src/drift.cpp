@@ -27,7 +27,9 @@ double RatioHistogram::upper_edge(int key) {
 }
 
 void RatioHistogram::add(double ratio) {
-  if (!std::isfinite(ratio))
+  if (std::isnan(ratio))
+    ++no_output;
+  else if (!std::isfinite(ratio))
     ++nonfinite;
   else if (ratio <= 0)
     ++zeros;
@@ -36,12 +38,12 @@ void RatioHistogram::add(double ratio) {
 }
 
 void RatioHistogram::merge(const RatioHistogram& o) {
-  zeros += o.zeros, nonfinite += o.nonfinite;
+  zeros += o.zeros, nonfinite += o.nonfinite, no_output += o.no_output;
   for (const auto& [k, n] : o.bins) bins[k] += n;
 }
 
 std::int64_t RatioHistogram::count() const {
-  std::int64_t n = zeros + nonfinite;
+  std::int64_t n = zeros + nonfinite + no_output;
   for (const auto& [k, c] : bins) n += c;
   return n;
 }
@@ -56,7 +58,8 @@ double RatioHistogram::quantile(double q) const {
     seen += c;
     if (seen >= rank) return upper_edge(k);
   }
-  return std::numeric_limits<double>::infinity();
+  if (seen + nonfinite >= rank) return std::numeric_limits<double>::infinity();
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 void DriftStats::add(std::uint64_t case_index, const std::string& failing_verdict, double ratio,
@@ -67,7 +70,8 @@ void DriftStats::add(std::uint64_t case_index, const std::string& failing_verdic
     one.passed = 1;
   else
     one.failures[failing_verdict] = {1, case_index};
-  one.worst_ratio = ratio, one.worst_case = case_index;
+  one.worst_verdict = failing_verdict, one.worst_ratio = ratio, one.worst_case = case_index;
+  if (std::isfinite(ratio)) one.max_finite_ratio = ratio;
   one.ratios.add(ratio);
   if (std::isfinite(mean_signed_ulps)) one.signed_ulps_sum = mean_signed_ulps, one.signed_ulps_cases = 1;
   one.max_share_beyond = std::isnan(share_beyond) ? 1.0 : share_beyond;
@@ -83,18 +87,18 @@ void DriftStats::merge(const DriftStats& o) {
     if (!fresh)
       it->second.cases += c.cases, it->second.first_case = std::min(it->second.first_case, c.first_case);
   }
-  // NaN ratios never come from the oracle (a NaN output has an infinite ratio), but must not hide a case.
-  if (first || worse_case(o.worst_ratio, o.worst_case, worst_ratio, worst_case))
-    worst_ratio = o.worst_ratio, worst_case = o.worst_case;
+  if (first ||
+      worse_case(o.worst_verdict, o.worst_ratio, o.worst_case, worst_verdict, worst_ratio, worst_case))
+    worst_verdict = o.worst_verdict, worst_ratio = o.worst_ratio, worst_case = o.worst_case;
+  max_finite_ratio = std::max(max_finite_ratio, o.max_finite_ratio);
   ratios.merge(o.ratios);
   signed_ulps_sum += o.signed_ulps_sum, signed_ulps_cases += o.signed_ulps_cases;
   max_share_beyond = std::max(max_share_beyond, o.max_share_beyond);
 }
 
-bool worse_case(double ratio, std::uint64_t index, double worst_ratio, std::uint64_t worst_case) {
-  if (std::isnan(ratio) != std::isnan(worst_ratio)) return std::isnan(ratio);
-  if (std::isnan(ratio) || ratio == worst_ratio) return index < worst_case;
-  return ratio > worst_ratio;
+double DriftStats::p99_ratio() const {
+  const double q = ratios.quantile(0.99);
+  return std::isfinite(q) ? std::min(q, max_finite_ratio) : q;
 }
 
 std::int64_t DriftStats::failed() const {
@@ -108,18 +112,23 @@ nlohmann::json to_json(const DriftStats& s) {
   for (const auto& [v, c] : s.failures) failures[v] = {{"cases", c.cases}, {"first_case", c.first_case}};
   nlohmann::json bins = nlohmann::json::array();
   for (const auto& [k, n] : s.ratios.bins) bins.push_back({k, n});
-  return {
-      {"cases", s.cases},
-      {"passed", s.passed},
-      {"failures", failures},
-      {"worst_ratio", number_json(s.worst_ratio)},
-      {"worst_case", s.worst_case},
-      {"p99_ratio", number_json(s.p99_ratio())},
-      {"mean_signed_ulps", s.mean_signed_ulps()},
-      {"signed_ulps_sum", number_json(s.signed_ulps_sum)},
-      {"signed_ulps_cases", s.signed_ulps_cases},
-      {"max_share_beyond", s.max_share_beyond},
-      {"ratio_histogram", {{"zeros", s.ratios.zeros}, {"nonfinite", s.ratios.nonfinite}, {"bins", bins}}}};
+  return {{"cases", s.cases},
+          {"passed", s.passed},
+          {"failures", failures},
+          {"worst_verdict", s.worst_verdict},
+          {"worst_ratio", number_json(s.worst_ratio)},
+          {"worst_case", s.worst_case},
+          {"max_finite_ratio", number_json(s.max_finite_ratio)},
+          {"p99_ratio", number_json(s.p99_ratio())},
+          {"mean_signed_ulps", s.mean_signed_ulps()},
+          {"signed_ulps_sum", number_json(s.signed_ulps_sum)},
+          {"signed_ulps_cases", s.signed_ulps_cases},
+          {"max_share_beyond", s.max_share_beyond},
+          {"ratio_histogram",
+           {{"zeros", s.ratios.zeros},
+            {"nonfinite", s.ratios.nonfinite},
+            {"no_output", s.ratios.no_output},
+            {"bins", bins}}}};
 }
 
 DriftStats drift_stats_from_json(const nlohmann::json& j) {
@@ -132,12 +141,19 @@ DriftStats drift_stats_from_json(const nlohmann::json& j) {
     });
   }
   s.worst_ratio = number_field(j, "worst_ratio"), s.worst_case = u64_field(j, "worst_case");
+  // Statistics written before the worst case carried its verdict: the worst by ratio, and its ratio the
+  // largest finite one.
+  if (j.contains("worst_verdict")) s.worst_verdict = string_field(j, "worst_verdict");
+  s.max_finite_ratio = j.contains("max_finite_ratio") ? number_field(j, "max_finite_ratio")
+                       : std::isfinite(s.worst_ratio) ? s.worst_ratio
+                                                      : 0.0;
   s.signed_ulps_sum = number_field(j, "signed_ulps_sum");
   s.signed_ulps_cases = int_field(j, "signed_ulps_cases", 0);
   s.max_share_beyond = number_field(j, "max_share_beyond");
   within_field("ratio_histogram", [&] {
     const auto& h = object_field(j, "ratio_histogram");
     s.ratios.zeros = int_field(h, "zeros", 0), s.ratios.nonfinite = int_field(h, "nonfinite", 0);
+    if (h.contains("no_output")) s.ratios.no_output = int_field(h, "no_output", 0);
     for (const auto& b : array_field(h, "bins")) {
       if (!b.is_array() || b.size() != 2) throw FieldError("bins", "expected [bin, count] pairs");
       const auto bin = int_value(b[0], "bins", std::numeric_limits<int>::min());

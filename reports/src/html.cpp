@@ -85,19 +85,29 @@ div.textContent='plot failed: '+e;console.error('driftcheck plot failed: '+e);do
 </script>
 )";
 
-std::string cls_ratio(double r) {
-  if (!std::isfinite(r)) return "nf";
-  return r > 1 ? "fail" : "pass";
+// A backend's worst cell: its style and text (numbers.hpp worst_cell), "-" when it ran nothing.
+std::string worst_td(const BackendReport& b) {
+  if (b.cases_run == 0) return "<td class=n>-</td>";
+  return fmt::format("<td class=\"n {}\">{}</td>", worst_style(b.worst_verdict, b.worst_ratio),
+                     esc(worst_cell(b.worst_verdict, b.worst_ratio)));
+}
+
+// The 99th percentile of a backend's case ratios: a ratio, "NaN/Inf" or "no output" where it falls among
+// such cases, "-" when it ran none.
+std::string p99_td(const BackendReport& b) {
+  DriftStats all;
+  for (const auto& [f, d] : b.drift) all.merge(d);
+  if (all.cases == 0) return "<td class=n>-</td>";
+  const double p99 = all.p99_ratio();
+  return fmt::format("<td class=\"n {}\">{}</td>",
+                     !std::isfinite(p99) ? "nf"
+                     : p99 > 1           ? "fail"
+                                         : "",
+                     esc(ratio_text(p99)));
 }
 
 std::map<std::string, DriftStats> merged_drift(const BackendReport& b) {
   return b.drift;
-}
-
-double p99_of(const BackendReport& b) {
-  DriftStats all;
-  for (const auto& [f, d] : b.drift) all.merge(d);
-  return all.cases > 0 ? all.p99_ratio() : std::numeric_limits<double>::quiet_NaN();
 }
 
 double bias_of(const BackendReport& b) {
@@ -125,16 +135,12 @@ std::string verdicts(const BackendReport& b) {
   return out.empty() ? "-" : out;
 }
 
-// Worst first: NaN/Inf before any finite ratio, then the larger ratio, then more failing cases.
+// Worst first (worse_group): the gravest verdict, then the larger ratio, then more failing cases.
 std::vector<const FindingGroup*> worst_first(const Report& r) {
   std::vector<const FindingGroup*> out;
   for (const auto& g : r.groups) out.push_back(&g);
-  std::stable_sort(out.begin(), out.end(), [](const FindingGroup* a, const FindingGroup* b) {
-    const double ra = verdict_severity(a->verdict, a->worst_ratio);
-    const double rb = verdict_severity(b->verdict, b->worst_ratio);
-    if (ra != rb) return ra > rb;
-    return a->cases > b->cases;
-  });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const FindingGroup* a, const FindingGroup* b) { return worse_group(*a, *b); });
   return out;
 }
 
@@ -147,26 +153,24 @@ void backend_table(const Report& r, std::string& h) {
       "<th title=\"mean signed error in ulps of the output format: a bias\">bias (ulps)</th>"
       "<th>first finding</th><th>top unsupported reason</th></tr>\n";
   for (const auto& b : r.backends) {
-    const double p99 = p99_of(b), bias = bias_of(b);
+    const double bias = bias_of(b);
     h += fmt::format(
         "<tr><td>{}</td><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td "
-        "class=n>{}</td><td>{}</td>"
-        "<td class=\"n {}\">{}</td><td class=n>{}</td><td class=n>{}</td><td "
+        "class=n>{}</td><td>{}</td>{}{}<td class=n>{}</td><td "
         "class=n>{}</td><td>{}</td></tr>\n",
         esc(b.name), esc(b.kind), esc(b.op), b.cases_run, b.passed, b.unsupported, esc(verdicts(b)),
-        b.cases_run > 0 ? cls_ratio(b.worst_ratio) : "",
-        b.cases_run > 0 ? esc(ratio_text(b.worst_ratio)) : "-", std::isnan(p99) ? "-" : esc(ratio_text(p99)),
-        std::isnan(bias) ? "-" : esc(bias_text(bias)),
+        worst_td(b), p99_td(b), std::isnan(bias) ? "-" : esc(bias_text(bias)),
         b.first_finding_s ? fmt::format("{:.2f} s", *b.first_finding_s) : "-",
         b.top_unsupported.empty() ? (b.error.empty() ? "-" : esc(b.error)) : unsupported_cell(b));
   }
   h += "</table>\n<dl class=legend><dt>cases</dt><dd>cases the backend supported and was judged on</dd>"
        "<dt>unsupported</dt><dd>cases it declined, with its reason (never counted as passed)</dd>"
        "<dt>failures</dt><dd>failing cases by verdict (docs/ORACLE.md)</dd>"
-       "<dt>worst error / tol</dt><dd>the largest |output - fp64 reference| of any element, in units of that "
-       "element's derived tolerance: &le; 1 passes; <b>NaN/Inf</b>: a NaN or infinite output where the "
-       "reference is "
-       "finite; above 10<sup>4</sup> the digits only measure the garbage, so they are not printed</dd>"
+       "<dt>worst error / tol</dt><dd>its worst case, the gravest verdict first: a ratio is the largest "
+       "|output - fp64 reference| of any element, in units of that element's derived tolerance (&le; 1 "
+       "passes; above 10<sup>4</sup> the digits only measure the garbage, so they are not printed); "
+       "<b>NaN/Inf</b>: a NaN or infinite output where the reference is finite; <b>no output</b>: the "
+       "backend raised an error, its worker crashed or timed out; other failures say what happened</dd>"
        "<dt>p99</dt><dd>99th percentile over cases of each case's worst error / tolerance</dd>"
        "<dt>bias</dt><dd>mean signed error in ulps of the output format (truncation shows here while the "
        "worst stays "
@@ -235,19 +239,29 @@ void heatmaps(const Report& r, Plots& plots, std::string& h) {
   // The worst heatmaps open, the rest one click away: a mutant campaign has one per backend.
   std::vector<const Heatmap*> order;
   for (const auto& m : r.heatmaps) order.push_back(&m);
+  // A case without output first (NaN above every ratio), then the largest cell.
   const auto worst = [](const Heatmap* m) {
+    if (m->cells.empty()) return std::numeric_limits<double>::quiet_NaN();
     double w = 0;
     for (double v : m->cells) w = std::isnan(v) ? INFINITY : std::max(w, v);
     return w;
   };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](const Heatmap* a, const Heatmap* b) { return worst(a) > worst(b); });
+  std::stable_sort(order.begin(), order.end(), [&](const Heatmap* a, const Heatmap* b) {
+    return worse_case("", worst(a), 0, "", worst(b), 0);
+  });
   for (std::size_t i = 0; i < order.size(); ++i) {
     if (i == kOpenHeatmaps)
       h += fmt::format("</div><details><summary>{} more heatmaps</summary><div class=grid>",
                        order.size() - kOpenHeatmaps);
-    h += "<div>" + plots.add(heatmap_spec(*order[i])) +
-         fmt::format("<code>{}</code></div>", esc(order[i]->replay));
+    const Heatmap& m = *order[i];
+    // Nothing to draw where the worst case produced no output: say what happened instead of a blank grid.
+    const std::string body =
+        m.cells.empty()
+            ? fmt::format("<div class=\"err\"><b>{}</b>: worst case {} ({}) produced no output: {}{}</div>",
+                          esc(m.backend), m.case_index, esc(m.shape_class), esc(worst_cell(m.verdict, NAN)),
+                          m.detail.empty() ? "" : " &mdash; " + esc(m.detail))
+            : plots.add(heatmap_spec(m));
+    h += "<div>" + body + fmt::format("<code>{}</code></div>", esc(m.replay));
   }
   h += order.size() > kOpenHeatmaps ? "</div></details>\n" : "</div>\n";
 }
@@ -303,7 +317,7 @@ void group_details(const Report& r, const std::string& dir, std::string& h) {
       h +=
           fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td class=n>{}</td><td><code>{}</code></td></tr>",
                       esc(f.backend), esc(f.verdict), esc(f.shape_class),
-                      esc(verdict_summary(f.verdict, f.worst_ratio)), esc(f.replay));
+                      esc(worst_cell(f.verdict, f.worst_ratio)), esc(f.replay));
     h += "</table>\n";
     return;
   }
@@ -503,13 +517,8 @@ void glance(const RunReport& run, std::string& h) {
       if (k.cases > 0 && std::find(k.backends.begin(), k.backends.end(), b.name) != k.backends.end())
         why += fmt::format("{}<span class=\"badge b-known\">known</span> {}", why.empty() ? "" : "; ",
                            esc(k.id));
-    const double p99 = p99_of(b);
-    h += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n {}\">{}</td><td class=n>{}</td>"
-        "<td class=n>{}</td><td>{}</td>",
-        esc(b.name), esc(b.op), status, b.cases_run > 0 ? cls_ratio(b.worst_ratio) : "",
-        b.cases_run > 0 ? esc(ratio_text(b.worst_ratio)) : "-", std::isnan(p99) ? "-" : esc(ratio_text(p99)),
-        failed, why.empty() ? "-" : why);
+    h += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td>{}{}<td class=n>{}</td><td>{}</td>", esc(b.name),
+                     esc(b.op), status, worst_td(b), p99_td(b), failed, why.empty() ? "-" : why);
     if (run.accept) {
       const AcceptRow* row = nullptr;
       for (const auto& x : run.accept->rows)
@@ -524,8 +533,10 @@ void glance(const RunReport& run, std::string& h) {
     h += "</tr>\n";
   }
   h += "</table>\n<dl class=legend><dt>status</dt><dd>drifts: at least one failing case</dd>"
-       "<dt>worst error / tol</dt><dd>the largest error of any element in units of its tolerance (&le; 1 "
-       "passes)</dd><dt>p99</dt><dd>99th percentile over cases of each case's worst error / tolerance</dd>"
+       "<dt>worst error / tol</dt><dd>its worst case, the gravest verdict first: the largest error of any "
+       "element in units of its tolerance (&le; 1 passes), NaN/Inf, no output (error, crash, timeout), or "
+       "what else happened</dd><dt>p99</dt><dd>99th percentile over cases of each case's worst error / "
+       "tolerance</dd>"
        "<dt>causes</dt><dd>its finding groups, worst first; <i>known</i>: an upstream defect its twin "
        "reproduces (docs/FINDINGS.md), listed apart and never a failure</dd>";
   if (run.accept)
@@ -603,10 +614,8 @@ void causes(const ReportSet& s, std::string& h) {
   for (const auto& run : s.runs)
     if (run.campaign)
       for (const FindingGroup* g : worst_first(*run.campaign)) all.emplace_back(&run, g);
-  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
-    return verdict_severity(a.second->verdict, a.second->worst_ratio) >
-           verdict_severity(b.second->verdict, b.second->worst_ratio);
-  });
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return worse_group(*a.second, *b.second); });
   h += fmt::format("<h2 id=causes>Findings by cause, worst first ({})</h2>\n", all.size());
   std::string known;
   for (const auto& run : s.runs)
@@ -634,13 +643,14 @@ void causes(const ReportSet& s, std::string& h) {
         "<td class=n>{}</td><td class=n>{}</td><td class=\"n {}\">{}</td></tr>\n",
         ++n, s.runs.size() > 1 ? fmt::format("<td>{}</td>", esc(run->label)) : std::string(), esc(g->backend),
         esc(g->verdict), esc(group_cause(*g)), esc(g->replay), g->cases, g->shape_classes.size(),
-        cls_ratio(verdict_severity(g->verdict, g->worst_ratio)),
-        esc(verdict_summary(g->verdict, g->worst_ratio)));
+        worst_style(g->verdict, g->worst_ratio), esc(worst_cell(g->verdict, g->worst_ratio)));
   }
-  h += "</table>\n<p class=meta>A group is one backend, one verdict and the smallest set of case features "
-       "that "
-       "still fails after shrinking; its count is every failing case it explains. Worst first: NaN/Inf and "
-       "memory-safety verdicts, then by error / tolerance.</p>\n";
+  h +=
+      "</table>\n<p class=meta>A group is one backend, one verdict and the smallest set of case features "
+      "that "
+      "still fails after shrinking; its count is every failing case it explains and its worst the worst of "
+      "those cases. Worst first: no output (error, crash, timeout), NaN/Inf, memory-safety and bit-exactness "
+      "verdicts, then by error / tolerance.</p>\n";
 }
 
 // Several runs: each backend's worst error / tolerance and failures side by side.
@@ -668,8 +678,8 @@ void comparison(const ReportSet& s, std::string& h) {
         for (const auto& [v, c] : b->failures_by_verdict) failed += c;
       h += b == nullptr || b->cases_run == 0
                ? "<td></td>"
-               : fmt::format("<td class=\"n {}\">{} ({})</td>", cls_ratio(b->worst_ratio),
-                             esc(ratio_text(b->worst_ratio)), failed);
+               : fmt::format("<td class=\"n {}\">{} ({})</td>", worst_style(b->worst_verdict, b->worst_ratio),
+                             esc(worst_cell(b->worst_verdict, b->worst_ratio)), failed);
     }
     h += "</tr>\n";
   }

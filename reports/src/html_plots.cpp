@@ -18,6 +18,7 @@ constexpr const char* kSchema = "https://vega.github.io/schema/vega/v5.json";
 constexpr const char* kPass = "#3a7d44";
 constexpr const char* kFail = "#c0392b";
 constexpr const char* kNonFinite = "#111111";
+constexpr const char* kNoOutput = "#6d2e8c";
 
 double clamp_ratio(double r) {
   if (!std::isfinite(r)) return kPlotRatioMax;
@@ -61,7 +62,7 @@ RatioBins ratio_bins(const std::map<std::string, DriftStats>& drift) {
   const int lo_c = static_cast<int>(std::floor(2 * std::log2(kPlotRatioMin)));
   const int hi_c = static_cast<int>(std::floor(2 * std::log2(kPlotRatioMax))) - 1;
   for (const auto& [format, d] : drift) {
-    out.zeros += d.ratios.zeros, out.nonfinite += d.ratios.nonfinite;
+    out.zeros += d.ratios.zeros, out.nonfinite += d.ratios.nonfinite, out.no_output += d.ratios.no_output;
     for (const auto& [key, n] : d.ratios.bins) {
       // The fine bin's middle decides its coarse bin; 32 fine bins per octave, so at most one straddles.
       const double hi = RatioHistogram::upper_edge(key), lo = RatioHistogram::upper_edge(key - 1);
@@ -70,54 +71,81 @@ RatioBins ratio_bins(const std::map<std::string, DriftStats>& drift) {
     }
   }
   for (const auto& [c, n] : coarse) out.bins.push_back({std::exp2(c / 2.0), std::exp2((c + 1) / 2.0), n});
-  out.total = out.zeros + out.nonfinite;
+  out.total = out.zeros + out.nonfinite + out.no_output;
   for (const auto& b : out.bins) out.total += b.cases;
   return out;
 }
 
 nlohmann::json histogram_spec(const std::string& name, const RatioBins& rb) {
+  constexpr int kLogWidth = 250, kGap = 14, kBarWidth = 34;
   json values = json::array();
   for (const auto& b : rb.bins) values.push_back({{"lo", b.lo}, {"hi", b.hi}, {"n", b.cases}});
-  std::string sub = std::to_string(rb.total) + " cases";
-  if (rb.zeros > 0) sub += ", " + std::to_string(rb.zeros) + " exact (not plotted)";
-  if (rb.nonfinite > 0) sub += ", " + std::to_string(rb.nonfinite) + " NaN/Inf (not plotted)";
+  // Cases no ratio places on the axis, as bars of their own to its right: a campaign whose every failure is
+  // a NaN or a crash must not look empty.
+  json special = json::array();
+  const auto add = [&special](const char* label, std::int64_t n, const char* colour) {
+    if (n > 0) special.push_back({{"label", label}, {"n", n}, {"colour", colour}});
+  };
+  add("exact", rb.zeros, kPass);
+  add("NaN/Inf", rb.nonfinite, kNonFinite);
+  add("no output", rb.no_output, kNoOutput);
+  const int special_width = static_cast<int>(special.size()) * kBarWidth;
+  const int width = kLogWidth + (special.empty() ? 0 : kGap + special_width);
+  json scales = {
+      {{"name", "x"}, {"type", "log"}, {"domain", {kPlotRatioMin, kPlotRatioMax}}, {"range", {0, kLogWidth}}},
+      {{"name", "y"},
+       {"type", "sqrt"},
+       {"domain", {{"fields", {{{"data", "bins"}, {"field", "n"}}, {{"data", "special"}, {"field", "n"}}}}}},
+       {"range", "height"},
+       {"zero", true},
+       {"nice", true}},
+      {{"name", "xs"},
+       {"type", "band"},
+       {"domain", {{"data", "special"}, {"field", "label"}}},
+       {"range", {kLogWidth + kGap, width}},
+       {"padding", 0.15}}};
+  json axes = {ratio_axis("bottom", "x", "worst error / tolerance per case"),
+               {{"orient", "left"},
+                {"scale", "y"},
+                {"tickCount", 3},
+                {"labelFontSize", 9},
+                {"title", "cases"},
+                {"titleFontSize", 10}}};
+  if (!special.empty())
+    axes.push_back({{"orient", "bottom"}, {"scale", "xs"}, {"labelFontSize", 9}, {"labelAngle", 0}});
+  json marks = {{{"type", "rect"},
+                 {"from", {{"data", "bins"}}},
+                 {"encode",
+                  {{"enter",
+                    {{"x", {{"scale", "x"}, {"field", "lo"}}},
+                     {"x2", {{"scale", "x"}, {"field", "hi"}}},
+                     {"y", {{"scale", "y"}, {"field", "n"}}},
+                     {"y2", {{"scale", "y"}, {"value", 0}}},
+                     {"fill", {{"signal", std::string("datum.lo >= 1 ? '") + kFail + "' : '" + kPass + "'"}}},
+                     {"tooltip",
+                      {{"signal",
+                        "format(datum.lo, '.2~e') + ' to ' + format(datum.hi, '.2~e') + ': ' + datum.n + ' "
+                        "cases'"}}}}}}}},
+                {{"type", "rect"},
+                 {"from", {{"data", "special"}}},
+                 {"encode",
+                  {{"enter",
+                    {{"x", {{"scale", "xs"}, {"field", "label"}}},
+                     {"width", {{"scale", "xs"}, {"band", 1}}},
+                     {"y", {{"scale", "y"}, {"field", "n"}}},
+                     {"y2", {{"scale", "y"}, {"value", 0}}},
+                     {"fill", {{"field", "colour"}}},
+                     {"tooltip", {{"signal", "datum.label + ': ' + datum.n + ' cases'"}}}}}}}},
+                tolerance_rule("x", true)};
   return {{"$schema", kSchema},
-          {"width", 250},
+          {"width", width},
           {"height", 80},
           {"padding", 4},
-          {"title", title(name, sub)},
-          {"data", {{{"name", "bins"}, {"values", values}}}},
-          {"scales",
-           {{{"name", "x"}, {"type", "log"}, {"domain", {kPlotRatioMin, kPlotRatioMax}}, {"range", "width"}},
-            {{"name", "y"},
-             {"type", "sqrt"},
-             {"domain", {{"data", "bins"}, {"field", "n"}}},
-             {"range", "height"},
-             {"zero", true},
-             {"nice", true}}}},
-          {"axes",
-           {ratio_axis("bottom", "x", "worst error / tolerance per case"),
-            {{"orient", "left"},
-             {"scale", "y"},
-             {"tickCount", 3},
-             {"labelFontSize", 9},
-             {"title", "cases"},
-             {"titleFontSize", 10}}}},
-          {"marks",
-           {{{"type", "rect"},
-             {"from", {{"data", "bins"}}},
-             {"encode",
-              {{"enter",
-                {{"x", {{"scale", "x"}, {"field", "lo"}}},
-                 {"x2", {{"scale", "x"}, {"field", "hi"}}},
-                 {"y", {{"scale", "y"}, {"field", "n"}}},
-                 {"y2", {{"scale", "y"}, {"value", 0}}},
-                 {"fill", {{"signal", std::string("datum.lo >= 1 ? '") + kFail + "' : '" + kPass + "'"}}},
-                 {"tooltip",
-                  {{"signal",
-                    "format(datum.lo, '.2~e') + ' to ' + format(datum.hi, '.2~e') + ': ' + datum.n + "
-                    "' cases'"}}}}}}}},
-            tolerance_rule("x", true)}}};
+          {"title", title(name, std::to_string(rb.total) + " cases")},
+          {"data", {{{"name", "bins"}, {"values", values}}, {{"name", "special"}, {"values", special}}}},
+          {"scales", scales},
+          {"axes", axes},
+          {"marks", marks}};
 }
 
 nlohmann::json shape_spec(const std::string& name, std::vector<ShapePoint> points) {

@@ -16,14 +16,16 @@ namespace driftcheck::reports {
 inline constexpr double kPlotRatioMin = 1e-4;
 inline constexpr double kPlotRatioMax = 1e7;
 
-// A backend's per-case worst error / tolerance over every format it ran, two bins per octave.
+// A backend's per-case worst error / tolerance over every format it ran, two bins per octave; exact cases,
+// NaN/Inf outputs and cases without output (error, crash, timeout) counted apart, each drawn as a bar of its
+// own.
 struct RatioBins {
   struct Bin {
     double lo = 0, hi = 0;
     std::int64_t cases = 0;
   };
   std::vector<Bin> bins;
-  std::int64_t zeros = 0, nonfinite = 0, total = 0;
+  std::int64_t zeros = 0, nonfinite = 0, no_output = 0, total = 0;
 };
 RatioBins ratio_bins(const std::map<std::string, DriftStats>& drift);
 

@@ -1,12 +1,23 @@
 #include "driftcheck/reports/report.hpp"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "driftcheck/reports/html.hpp"
 #include "driftcheck/reports/json_text.hpp"
+#include "driftcheck/reports/numbers.hpp"
 #include "driftcheck/reports/report_set.hpp"
 
 namespace driftcheck::reports {
+
+bool worse_group(const FindingGroup& a, const FindingGroup& b) {
+  const int ra = verdict_rank(a.verdict), rb = verdict_rank(b.verdict);
+  if (ra != rb) return ra > rb;
+  if (std::isnan(a.worst_ratio) != std::isnan(b.worst_ratio)) return std::isnan(a.worst_ratio);
+  if (a.worst_ratio != b.worst_ratio && !std::isnan(a.worst_ratio)) return a.worst_ratio > b.worst_ratio;
+  return a.cases > b.cases;
+}
 
 void write_reports(const Report& r, const std::filesystem::path& dir) {
   write_file_atomic(dir / "report.json", json_text(to_json(r), 2) + "\n");

@@ -51,6 +51,7 @@ json backend_json(const BackendReport& b) {
             {"passed", b.passed},
             {"failures_by_verdict", b.failures_by_verdict},
             {"distinct_findings", b.distinct_findings},
+            {"worst_verdict", b.worst_verdict},
             {"worst_ratio", number_json(b.worst_ratio)},
             {"worst_case", b.worst_case},
             {"check_seconds", number_json(b.check_seconds)},
@@ -66,7 +67,7 @@ json backend_json(const BackendReport& b) {
 BackendReport backend_from(const json& j) {
   BackendReport b;
   b.name = string_field(j, "name"), b.op = string_field(j, "op"), b.kind = string_field(j, "kind");
-  if (j.contains("upstream")) b.upstream = string_field(j, "upstream");  // not written before session 7
+  if (j.contains("upstream")) b.upstream = string_field(j, "upstream");  // not written before 2e50a59
   b.cases_run = int_field(j, "cases_run", 0), b.unsupported = int_field(j, "unsupported", 0);
   b.top_unsupported = list_field(j, "top_unsupported_reasons", [](const json& rc) {
     return ReasonCount{string_field(rc, "reason"), int_field(rc, "count", 0)};
@@ -77,6 +78,7 @@ BackendReport backend_from(const json& j) {
         within_field("failures_by_verdict", [&] { return int_value(item.value(), item.key(), 0); });
   b.distinct_findings = int_field(j, "distinct_findings", 0);
   b.worst_ratio = ratio_field(j, "worst_ratio"), b.worst_case = u64_field(j, "worst_case");
+  if (j.contains("worst_verdict")) b.worst_verdict = string_field(j, "worst_verdict");  // version 3
   b.check_seconds = number_field(j, "check_seconds"), b.error = string_field(j, "error");
   if (!json_field(j, "first_finding_s").is_null()) b.first_finding_s = number_field(j, "first_finding_s");
   // Version 1 has no drift statistics and no error by shape.
@@ -137,7 +139,9 @@ json group_json(const FindingGroup& g) {
                        {"case_index", m.case_index},
                        {"cases", m.cases},
                        {"bundle", m.bundle},
-                       {"replay", m.replay}});
+                       {"replay", m.replay},
+                       {"worst_ratio", number_json(m.worst_ratio)},
+                       {"worst_case", m.worst_case}});
   return {{"id", g.id},
           {"op", g.op},
           {"backend", g.backend},
@@ -149,6 +153,8 @@ json group_json(const FindingGroup& g) {
           {"cases", g.cases},
           {"shape_classes", g.shape_classes},
           {"worst_ratio", number_json(g.worst_ratio)},
+          {"worst_case", g.worst_case},
+          {"representative_ratio", number_json(g.representative_ratio)},
           {"worst_value", number_json(g.worst_value)},
           {"worst_reference", number_json(g.worst_reference)},
           {"worst_tolerance", number_json(g.worst_tolerance)},
@@ -171,6 +177,10 @@ FindingGroup group_from(const json& j) {
   g.not_needed = strings_field(j, "not_needed"), g.cases = int_field(j, "cases", 0);
   g.shape_classes = strings_field(j, "shape_classes");
   g.worst_ratio = ratio_field(j, "worst_ratio"), g.worst_value = ratio_field(j, "worst_value");
+  // Version 3: the worst over every member and the representative's own; before, the representative's.
+  g.worst_case = j.contains("worst_case") ? u64_field(j, "worst_case") : 0;
+  g.representative_ratio =
+      j.contains("representative_ratio") ? ratio_field(j, "representative_ratio") : g.worst_ratio;
   g.worst_reference = ratio_field(j, "worst_reference"),
   g.worst_tolerance = ratio_field(j, "worst_tolerance");
   g.worst_output = string_field(j, "worst_output"), g.detail = string_field(j, "detail");
@@ -179,9 +189,12 @@ FindingGroup group_from(const json& j) {
   g.shrink_steps = count_or_zero(j, "shrink_steps"), g.shrink_tries = count_or_zero(j, "shrink_tries");
   g.shrink_minimal = j.contains("shrink_minimal") && bool_field(j, "shrink_minimal");
   g.members = list_field(j, "members", [](const json& m) {
-    return GroupMember{string_field(m, "id"),      string_field(m, "shape_class"), u64_field(m, "seed"),
+    GroupMember member{string_field(m, "id"),      string_field(m, "shape_class"), u64_field(m, "seed"),
                        u64_field(m, "case_index"), int_field(m, "cases", 0),       string_field(m, "bundle"),
                        string_field(m, "replay")};
+    if (m.contains("worst_ratio"))  // version 3
+      member.worst_ratio = ratio_field(m, "worst_ratio"), member.worst_case = u64_field(m, "worst_case");
+    return member;
   });
   return g;
 }
@@ -203,7 +216,9 @@ json heatmap_json(const Heatmap& h) {
           {"rows", h.rows},
           {"cols", h.cols},
           {"col_group", h.col_group},
-          {"cells", cells}};
+          {"cells", cells},
+          {"verdict", h.verdict},
+          {"detail", h.detail}};
 }
 
 Heatmap heatmap_from(const json& j) {
@@ -216,6 +231,7 @@ Heatmap heatmap_from(const json& j) {
   h.rows = int_field(j, "rows", 0), h.cols = int_field(j, "cols", 0),
   h.col_group = int_field(j, "col_group", 0);
   for (const auto& c : array_field(j, "cells")) h.cells.push_back(ratio_value(c, "cells"));
+  if (j.contains("verdict")) h.verdict = string_field(j, "verdict"), h.detail = string_field(j, "detail");
   // cells == rows x cols, by division: the product of two int64 from the file can overflow.
   const auto n = static_cast<std::uint64_t>(h.cells.size()), rows = static_cast<std::uint64_t>(h.rows);
   if (rows == 0 ? n != 0 : n % rows != 0 || n / rows != static_cast<std::uint64_t>(h.cols))

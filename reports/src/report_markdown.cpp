@@ -42,19 +42,24 @@ void markdown_backends(const Report& r, std::string& md) {
       "tolerance | first finding | top unsupported reason "
       "|\n|---|---|---|---:|---:|---:|---|---:|---:|---|\n";
   for (const auto& b : r.backends) {
-    md += fmt::format(
-        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", b.name, b.kind, b.op, b.cases_run, b.passed,
-        b.unsupported, verdict_counts(b.failures_by_verdict), ratio_text(b.worst_ratio),
-        b.first_finding_s ? fmt::format("{:.2f} s", *b.first_finding_s) : "-", cell(top_reasons(b)));
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", b.name, b.kind, b.op,
+                      b.cases_run, b.passed, b.unsupported, verdict_counts(b.failures_by_verdict),
+                      b.cases_run > 0 ? worst_cell(b.worst_verdict, b.worst_ratio) : "-",
+                      b.first_finding_s ? fmt::format("{:.2f} s", *b.first_finding_s) : "-",
+                      cell(top_reasons(b)));
   }
   md += fmt::format(
       "\n*cases run*: cases the backend supported and was judged on; *unsupported*: cases it declined (never "
       "counted as passed); *failures*: failing cases by verdict (docs/ORACLE.md); *worst error / tolerance*: "
-      "the "
-      "largest error of any element in units of that element's derived tolerance (<= 1 passes; NaN/Inf: a "
-      "NaN or infinite output where the reference is finite; above 10^4 the number only measures the "
-      "garbage, "
-      "so it is not printed); *first finding*: campaign seconds to the first failing case.\n\n");
+      "its worst case, the gravest verdict first: a ratio is the largest error of any element in units of "
+      "that "
+      "element's derived tolerance (<= 1 passes; above 10^4 the number only measures the garbage, so it is "
+      "not "
+      "printed); NaN/Inf: a NaN or infinite output where the reference is finite; no output: the backend "
+      "raised an error, its worker crashed or timed out; other verdicts say what happened (out-of-bounds "
+      "write, batch-dependent bits, statistically improbable); *first finding*: campaign seconds to the "
+      "first "
+      "failing case.\n\n");
   std::string upstream;
   for (const auto& b : r.backends)
     if (!b.upstream.empty()) upstream += fmt::format("- {}: {}\n", b.name, b.upstream);
@@ -74,7 +79,7 @@ void markdown_group_lines(const Report& r, std::string& md) {
         "|\n|---|---|---|---:|---|---|---|\n";
     for (const auto& f : r.findings)
       md += fmt::format("| {} | {} | {} | {} | seed {} case {} | {} | `{}` |\n", f.backend, f.verdict,
-                        f.shape_class, verdict_summary(f.verdict, f.worst_ratio), f.seed, f.case_index,
+                        f.shape_class, worst_cell(f.verdict, f.worst_ratio), f.seed, f.case_index,
                         cell(f.detail), cell(f.replay));
     md += "\n";
     return;
@@ -82,7 +87,7 @@ void markdown_group_lines(const Report& r, std::string& md) {
   for (const auto& g : r.groups) {
     md += fmt::format("1. **{}** {} — {} — {} failing cases, {} shape classes — worst {} — `{}`\n", g.backend,
                       g.verdict, group_cause(g), g.cases, g.shape_classes.size(),
-                      verdict_summary(g.verdict, g.worst_ratio), cell(g.replay));
+                      worst_cell(g.verdict, g.worst_ratio), cell(g.replay));
   }
   md += "\n";
 }
@@ -205,13 +210,16 @@ std::string group_cause(const FindingGroup& g) {
 }
 
 std::string group_worst(const FindingGroup& g) {
+  const std::string worst = fmt::format("{} at case {}", worst_cell(g.verdict, g.worst_ratio), g.worst_case);
   // An unshrunk group keeps no worst element (value, reference and tolerance stay 0), only its first
   // finding's oracle detail, which names them; verdicts that are not about error size show their detail
   // anyway.
-  const bool about_error_size = verdict_summary(g.verdict, 1.0) == ratio_text(1.0);
-  if (!g.shrunk && about_error_size && !g.detail.empty()) return g.detail;
-  return verdict_detail(g.verdict, g.worst_ratio, g.worst_value, g.worst_reference, g.worst_tolerance,
-                        g.detail);
+  const bool about_error_size = worst_cell(g.verdict, 1.0) == ratio_text(1.0);
+  if (!g.shrunk && about_error_size && !g.detail.empty())
+    return fmt::format("{}; first failing case: {}", worst, g.detail);
+  return fmt::format("{}; representative: {}", worst,
+                     verdict_detail(g.verdict, g.representative_ratio, g.worst_value, g.worst_reference,
+                                    g.worst_tolerance, g.detail));
 }
 
 std::vector<std::string> divergence_names(const Report& r, const std::string& op) {

@@ -17,8 +17,8 @@ inline constexpr std::size_t kKnownColumns = 7;
 std::array<std::string, kKnownColumns> known_cells(const KnownFindingReport& k);
 // "GQA + fp8 e4m3fn KV", "any case (no feature needed)", "... (not shrunk)".
 std::string group_cause(const FindingGroup& g);
-// The group's worst element (verdict_detail); for an unshrunk group, which records no worst element, its
-// first finding's oracle detail.
+// The group's worst case over its members (worst_cell and its case) and its representative's worst element
+// (verdict_detail); for an unshrunk group, which records no worst element, its first finding's oracle detail.
 std::string group_worst(const FindingGroup& g);
 // The backends of one op's divergence matrix, in the report's backend order.
 std::vector<std::string> divergence_names(const Report& r, const std::string& op);

@@ -20,7 +20,9 @@
 namespace driftcheck::reports {
 
 // Bumped on any change a reader of report.json would notice (renamed or removed field, changed meaning).
-inline constexpr int kReportFormatVersion = 2;
+// Version 3: a backend's and a drift statistic's worst case is the gravest verdict first (worst_verdict) and
+// its ratio a case_ratio (inf for a NaN/Inf output, NaN for no output); a group's worst is over its members.
+inline constexpr int kReportFormatVersion = 3;
 inline constexpr std::string_view kReportFormatName = "driftcheck.report";
 
 struct ReasonCount {
@@ -36,7 +38,8 @@ struct ShapeBucket {
   double order = 0;
   std::int64_t cases = 0;
   std::int64_t failed = 0;
-  double max_ratio = 0;  // largest error / tolerance (inf: a NaN/Inf output)
+  double max_ratio =
+      0;  // largest case_ratio (numbers.hpp; inf: a NaN/Inf output, NaN: a case with no output)
   double mean_log2_ratio =
       0;  // mean log2 of the finite, non-zero ratios (geometric mean of the typical case)
 };
@@ -53,8 +56,11 @@ struct BackendReport {
   std::int64_t passed = 0;
   std::map<std::string, std::int64_t> failures_by_verdict;  // verdict name -> failing cases
   std::int64_t distinct_findings = 0;
-  double worst_ratio = 0;                   // largest error / tolerance seen (> 1 is beyond tolerance)
-  std::uint64_t worst_case = 0;             // case index of worst_ratio
+  // Its worst case (numbers.hpp worse_case: the gravest verdict, then the largest ratio): the verdict (""
+  // when it passed), its case_ratio (> 1 beyond tolerance, inf a NaN/Inf output, NaN no output) and index.
+  std::string worst_verdict;
+  double worst_ratio = 0;
+  std::uint64_t worst_case = 0;
   double check_seconds = 0;                 // time spent running and judging it
   std::optional<double> first_finding_s;    // campaign seconds until its first failing case
   std::string error;                        // non-empty when it was asked for and ran zero cases
@@ -131,7 +137,9 @@ struct Heatmap {
   std::int64_t full_rows = 0, full_cols = 0;  // the output's logical size
   std::int64_t rows = 0, cols = 0;            // the grid's size (cells pool rows and columns)
   std::int64_t col_group = 0;                 // columns per head (attention), 0 otherwise
-  std::vector<double> cells;                  // row-major; 0 exact, +inf NaN/Inf mismatch
+  std::vector<double> cells;  // row-major; 0 exact, +inf NaN/Inf mismatch; empty: the case produced no output
+  std::string verdict;        // the case's verdict ("" passed): why there are no cells
+  std::string detail;         // the oracle's one line on the case, where it has no cells
 };
 
 // Findings that share a cause: one backend, one verdict and the smallest feature set of the case that still
@@ -145,6 +153,8 @@ struct GroupMember {
   std::int64_t cases = 0;  // failing cases with this signature
   std::string bundle;      // empty: not kept (replay from the stream)
   std::string replay;
+  double worst_ratio = 0;  // case_ratio of its worst failing case
+  std::uint64_t worst_case = 0;
 };
 
 struct FindingGroup {
@@ -158,8 +168,11 @@ struct FindingGroup {
   std::vector<std::string> not_needed;  // features the ablation found the failure does not need
   std::int64_t cases = 0;               // failing cases over every member signature
   std::vector<std::string> shape_classes;
-  double worst_ratio = 0;
-  double worst_value = 0, worst_reference = 0, worst_tolerance = 0;  // at the representative's worst element
+  double worst_ratio = 0;        // case_ratio of the worst failing case over every member
+  std::uint64_t worst_case = 0;  // that case's index in the stream
+  // The representative's worst element (its ratio, value, reference value and tolerance).
+  double representative_ratio = 0;
+  double worst_value = 0, worst_reference = 0, worst_tolerance = 0;
   std::string worst_output;
   std::string detail;
   std::string representative;     // bundle directory (relative to the campaign directory)
@@ -190,8 +203,12 @@ struct Report {
   std::vector<Heatmap> heatmaps;
 };
 
+// "Worst first" for groups: the graver verdict (numbers.hpp verdict_rank), then the larger worst ratio (NaN,
+// no output, above every number), then more failing cases.
+bool worse_group(const FindingGroup& a, const FindingGroup& b);
+
 nlohmann::json to_json(const Report& r);
-// Reads what to_json wrote (version 1 or 2). Throws std::runtime_error with a one-line reason.
+// Reads what to_json wrote (version 1 to 3). Throws std::runtime_error with a one-line reason.
 Report report_from_json(const nlohmann::json& j);
 std::string to_markdown(const Report& r);
 
