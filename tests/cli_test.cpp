@@ -47,6 +47,9 @@ TEST(Cli, BadUsageIsExitTwoWithOneLine) {
   expect_usage_error("replay", "needs a BUNDLE");
   expect_usage_error("replay --seed 1 --case 2 --op rmsnorm --backend nosuch", "unknown backend");
   expect_usage_error("replay --seed 1 --case 2 --op nosuch --backend x", "unknown op");
+  expect_usage_error("export --out " + (scratch() / "export_new_kv").string() + " --new-kv decode",
+                     "--new-kv: decode not in {cache,inputs,both}");
+  EXPECT_FALSE(fs::exists(scratch() / "export_new_kv" / "manifest.json"));
 }
 
 TEST(Cli, BadBundlesAreExitTwo) {

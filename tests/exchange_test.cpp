@@ -22,6 +22,7 @@
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/exchange.hpp"
+#include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/io/safetensors.hpp"
 #include "driftcheck/reference/reference.hpp"
 
@@ -248,8 +249,12 @@ TEST(Exchange, UnusableManifestsThrowNamingTheFile) {
   expect_unusable("{", "not a JSON object");
   expect_unusable(R"({"format": "driftcheck.report", "format_version": 1})",
                   "format is not driftcheck.exchange");
+  expect_unusable(R"({"format": "driftcheck.exchange", "format_version": 3, "cases": []})",
+                  "format version 3 (this driftcheck reads 1 and 2)");
   expect_unusable(R"({"format": "driftcheck.exchange", "format_version": 2, "cases": []})",
-                  "format version 2 (this driftcheck reads 1)");
+                  "\"new_kv\" is missing, not \"cache\", \"inputs\" or \"both\"");
+  expect_unusable(R"({"format": "driftcheck.exchange", "format_version": 2, "new_kv": "kv", "cases": []})",
+                  "\"new_kv\" is \"kv\", not \"cache\", \"inputs\" or \"both\"");
   expect_unusable(R"({"format": "driftcheck.exchange", "format_version": 1, "cases": {}})",
                   "\"cases\" is missing or not an array");
   const Manifest m =
@@ -268,9 +273,9 @@ TEST(Exchange, ManifestFieldsOfTheWrongTypeAreNamedNeverThrownAsJsonErrors) {
       R"({"cases":[{"case":{"in_dtype":"fp16","base_ofeed":4440503804641499250}}],"command":"driftchecj expor2 --trueseed 1","format":"driftcheck.exch\nge","format_versiommand":"driftchecj expor2 --trueseed 1","format":2,"tool_version":"0.1.0"})",
       "format is not driftcheck.exchange");
   expect_unusable(R"({"format": "driftcheck.exchange", "format_version": "1", "cases": []})",
-                  "format version \"1\" (this driftcheck reads 1)");
+                  "format version \"1\" (this driftcheck reads 1 and 2)");
   expect_unusable(R"({"format": "driftcheck.exchange", "format_version": 1e300, "cases": []})",
-                  "format version 1e+300 (this driftcheck reads 1)");
+                  "format version 1e+300 (this driftcheck reads 1 and 2)");
   const Manifest m = parse_manifest(
       R"({"format": "driftcheck.exchange", "format_version": 1, "cases": [{"id": "a", "seed": "1"}, )"
       R"({"id": "b", "seed": 1, "index": 1.5}, {"id": 3}]})",
@@ -280,6 +285,156 @@ TEST(Exchange, ManifestFieldsOfTheWrongTypeAreNamedNeverThrownAsJsonErrors) {
                 "dir/manifest.json: case 0: field 'seed': expected a non-negative integer, got string",
                 "dir/manifest.json: case 1: field 'index': expected a non-negative integer, got number",
                 "dir/manifest.json: case 2: field 'id': expected a string, got number"}));
+}
+
+// --- The references' new-token source (--new-kv, manifest version 2) ---------------------------------------
+
+// The first 24 attention cases of seed 13, exported once per test binary with each --new-kv: 7 of them (all
+// fp8-cache cases with a prefill or extend sequence) have k_new / v_new other than their dequantised cache.
+constexpr std::uint64_t kAttentionCases = 24;
+
+fs::path attention_export(ExportNewKv n) {
+  static const fs::path root = [] {
+    const fs::path d = fs::temp_directory_path() / ("driftcheck_exchange_attn_" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    for (ExportNewKv each : {ExportNewKv::kCache, ExportNewKv::kInputs, ExportNewKv::kBoth}) {
+      ExportOptions o;
+      o.ops = {OpKind::kAttention}, o.cases = kAttentionCases, o.seed = 13, o.new_kv = each;
+      o.out_dir = d / std::string(export_new_kv_name(each));
+      export_cases(o);
+    }
+    return d;
+  }();
+  return root / std::string(export_new_kv_name(n));
+}
+
+bool same_bytes(const io::Safetensors& file, const std::string& name, const Tensor& want) {
+  const auto it = file.tensors.find(name);
+  return it != file.tensors.end() && it->second.shape == want.shape() &&
+         it->second.data->bytes == want.storage()->bytes;
+}
+
+// Each export holds, for each attention case, the references its manifest names, bit for bit those of
+// reference_attention with that source; where the sources differ (new_kv_differs) only the chosen ones.
+TEST(Exchange, NewKvChoosesTheReferencesAndTheManifestSaysWhich) {
+  using Refs = std::map<std::string, std::string>;
+  for (ExportNewKv n : {ExportNewKv::kCache, ExportNewKv::kInputs, ExportNewKv::kBoth}) {
+    SCOPED_TRACE(std::string(export_new_kv_name(n)));
+    const Manifest m = read_manifest(attention_export(n));
+    EXPECT_EQ(m.format_version, 2);
+    EXPECT_EQ(m.new_kv, n);
+    EXPECT_TRUE(m.errors.empty());
+    const auto raw = nlohmann::json::parse(slurp(attention_export(n) / "manifest.json"));
+    EXPECT_EQ(raw["new_kv"], export_new_kv_name(n));
+    ASSERT_EQ(m.cases.size(), kAttentionCases);
+    std::uint64_t differing = 0, bits_differ = 0;
+    for (const ManifestCase& mc : m.cases) {
+      const Case c = load_case(m, mc);
+      ASSERT_TRUE(c.has("k_new")) << mc.id;
+      const Outputs cache = reference_attention(c, NewKv::kCache);
+      const Outputs inputs = reference_attention(c, NewKv::kInputs);
+      const io::Safetensors file = io::read_safetensors(m.dir / "cases" / (mc.id + ".safetensors"));
+      const bool differs = new_kv_differs(c);
+      differing += differs;
+      Refs want = {{"cache", "reference."}, {"inputs", "reference."}};
+      if (differs && n == ExportNewKv::kCache) want = {{"cache", "reference."}};
+      if (differs && n == ExportNewKv::kInputs) want = {{"inputs", "reference."}};
+      if (differs && n == ExportNewKv::kBoth) want["inputs"] = "reference_from_inputs.";
+      EXPECT_EQ(mc.references, want) << mc.id;
+      EXPECT_EQ(raw["cases"][&mc - m.cases.data()]["references"].get<Refs>(), want) << mc.id;
+      for (const char* out : {"o", "lse"}) {
+        for (const auto& [source, prefix] : mc.references)
+          EXPECT_TRUE(same_bytes(file, prefix + out, (source == "cache" ? cache : inputs).at(out)))
+              << mc.id << " " << source << " " << prefix << out;
+        EXPECT_EQ(file.tensors.count(std::string("reference_from_inputs.") + out),
+                  differs && n == ExportNewKv::kBoth ? 1u : 0u)
+            << mc.id;
+        bits_differ += differs && cache.at(out).storage()->bytes != inputs.at(out).storage()->bytes;
+      }
+    }
+    EXPECT_EQ(differing, 7u);
+    EXPECT_GE(bits_differ, 7u);  // the two references do differ there (o, and lse, of every such case)
+  }
+}
+
+// A kernel that reads the new tokens from k_new / v_new, stood for by outputs written from the reference its
+// manifest entry names for "inputs" (rounded to the output dtypes): check passes it when the backends file
+// declares new_kv = "inputs" and fails exactly the cases whose references differ when it declares the cache.
+// A version 1 manifest (the same export written before --new-kv: no new_kv, no references) still checks.
+TEST(Exchange, CheckJudgesEachNewKvByItsOwnReference) {
+  const fs::path dir = attention_export(ExportNewKv::kBoth).parent_path() / "check";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "outputs");
+  const Manifest m = read_manifest(attention_export(ExportNewKv::kBoth));
+  std::uint64_t differing = 0;
+  for (const ManifestCase& mc : m.cases) {
+    Case c = load_case(m, mc);
+    differing += mc.references.at("inputs") != "reference.";
+    const io::Safetensors file = io::read_safetensors(m.dir / "cases" / (mc.id + ".safetensors"));
+    for (const char* out : {"o", "lse"})
+      c.tensor(out).copy_from(Tensor::view(file.tensors.at(mc.references.at("inputs") + out).data,
+                                           {c.tensor(out).numel()}, {1}, 0)
+                                  .to_f64());
+    io::Safetensors outputs;
+    for (std::size_t i = 0; i < mc.storage_names.size(); ++i) {
+      const auto& st = c.tensor(mc.storage_views[i]).storage();
+      outputs.tensors[mc.storage_names[i]] = {{st->numel()}, st};
+    }
+    io::write_safetensors(dir / "outputs" / (mc.id + ".safetensors"), outputs);
+  }
+  ASSERT_EQ(differing, 7u);
+  const auto check_as = [&](const fs::path& cases, const std::string& new_kv) {
+    const fs::path config = dir / (new_kv + ".toml");
+    std::ofstream(config)
+        << "format = \"driftcheck.backends\"\nversion = 1\n\n[[backend]]\nname = \"attn_files\"\n"
+        << "op = \"attention\"\nnumerics = { output_roundings = 1, new_kv = \"" << new_kv << "\" }\n";
+    CheckOptions o;
+    o.cases_dir = cases, o.outputs_dir = dir / "outputs", o.out_dir = dir / ("report_" + new_kv);
+    o.backend_config = config;
+    return check_outputs(o);
+  };
+  const CheckResultSet inputs = check_as(attention_export(ExportNewKv::kBoth), "inputs");
+  EXPECT_EQ(inputs.exit_code, 0) << (inputs.report.findings.empty() ? ""
+                                                                    : inputs.report.findings.front().detail);
+  EXPECT_EQ(the_backend(inputs).passed, static_cast<std::int64_t>(kAttentionCases));
+  const CheckResultSet cache = check_as(attention_export(ExportNewKv::kBoth), "cache");
+  EXPECT_EQ(cache.exit_code, 1);
+  EXPECT_EQ(the_backend(cache).passed, static_cast<std::int64_t>(kAttentionCases - differing));
+
+  // The cache export's manifest as version 1 wrote it.
+  const fs::path v1 = dir / "v1";
+  fs::copy(attention_export(ExportNewKv::kCache), v1, fs::copy_options::recursive);
+  nlohmann::json j = nlohmann::json::parse(slurp(v1 / "manifest.json"));
+  j["format_version"] = 1;
+  j.erase("new_kv");
+  for (auto& entry : j["cases"]) entry.erase("references");
+  std::ofstream(v1 / "manifest.json") << j.dump();
+  const Manifest old = read_manifest(v1);
+  EXPECT_EQ(old.format_version, 1);
+  EXPECT_EQ(old.new_kv, ExportNewKv::kCache);
+  EXPECT_TRUE(old.errors.empty());
+  for (const ManifestCase& mc : old.cases)
+    EXPECT_EQ(mc.references, (std::map<std::string, std::string>{{"cache", "reference."}}));
+  const CheckResultSet from_v1 = check_as(v1, "inputs");
+  EXPECT_EQ(from_v1.exit_code, 0);
+  EXPECT_EQ(the_backend(from_v1).passed, static_cast<std::int64_t>(kAttentionCases));
+
+  // Version 2 entries whose references are malformed are skipped, one line each.
+  j = nlohmann::json::parse(slurp(attention_export(ExportNewKv::kCache) / "manifest.json"));
+  j["cases"][0]["references"] = {{"cache", "ref."}};
+  j["cases"][1].erase("references");
+  j["cases"][2]["references"] = {{"decode", "reference."}};
+  const Manifest bad = parse_manifest(j.dump(), "dir/manifest.json");
+  EXPECT_EQ(bad.cases.size(), kAttentionCases - 3);
+  ASSERT_EQ(bad.errors.size(), 3u);
+  EXPECT_EQ(
+      bad.errors[0],
+      "dir/manifest.json: case 0: \"references\": \"cache\": \"ref.\": expected \"cache\" or \"inputs\", "
+      "each mapped to \"reference.\" or \"reference_from_inputs.\"");
+  EXPECT_EQ(
+      bad.errors[1],
+      "dir/manifest.json: case 1: \"references\" is missing or not a non-empty object (version 2 attention "
+      "cases)");
 }
 
 TEST(Exchange, ExportRefusesADirectoryWithAnExport) {

@@ -426,5 +426,255 @@ TEST(ReferenceAttention, MultiTilePrefillMatchesLoops) {
   }
 }
 
+// --- The written semantics, pinned by hand
+// ------------------------------------------------------------------ Five places where docs/REFERENCE.md,
+// docs/EXCHANGE.md and case.hpp once disagreed or were silent (issue 26): each test below builds a case small
+// enough that its softmax is written down exactly in the comments, so each expected value is derived here and
+// not by another implementation. One q head and one KV head, head size 1 or 2, scale 1 unless a test says
+// otherwise.
+
+AttentionSpec hand_spec(std::int64_t head_dim, std::vector<std::int64_t> query_lens,
+                        std::vector<std::int64_t> seq_lens, DType kv = DType::kF32) {
+  AttentionSpec s = builders::one_head(DType::kF32, 0, 0);
+  s.params.head_dim = head_dim;
+  s.kv_dtype = kv;
+  s.query_lens = std::move(query_lens);
+  s.seq_lens = std::move(seq_lens);
+  return s;
+}
+
+// Key t of sequence s holds the stored values k and v (what the cache slot encodes, before k_scale/v_scale).
+void set_key(Case& c, std::int64_t s, std::int64_t t, const std::vector<double>& k,
+             const std::vector<double>& v) {
+  const std::int64_t bs = c.get<AttentionParams>().block_size;
+  const auto block = static_cast<std::int64_t>(c.tensor("block_table").at({s, t / bs}));
+  for (std::size_t d = 0; d < k.size(); ++d) {
+    c.tensor("k_cache").set({block, t % bs, 0, static_cast<std::int64_t>(d)}, k[d]);
+    c.tensor("v_cache").set({block, t % bs, 0, static_cast<std::int64_t>(d)}, v[d]);
+  }
+}
+
+void set_query(Case& c, std::int64_t token, const std::vector<double>& q) {
+  for (std::size_t d = 0; d < q.size(); ++d)
+    c.tensor("q").set({token, 0, static_cast<std::int64_t>(d)}, q[d]);
+}
+
+// Token `token` (q head 0) has lse and o within a few roundings of the hand-derived values (each derivation
+// is a handful of fp64 operations and library exp/log calls, 2 ulp each): 16 u relative.
+void expect_row(const Outputs& out, std::int64_t token, double lse, const std::vector<double>& o,
+                const std::string& what) {
+  const double got_lse = out.at("lse").at({token, 0});
+  EXPECT_NEAR(got_lse, lse, 16 * kU * std::fabs(lse)) << what << ": lse of token " << token;
+  for (std::size_t d = 0; d < o.size(); ++d) {
+    const double got = out.at("o").at({token, 0, static_cast<std::int64_t>(d)});
+    EXPECT_NEAR(got, o[d], 16 * kU * std::fabs(o[d])) << what << ": o[" << d << "] of token " << token;
+  }
+}
+
+// k_scale and v_scale apply once: the cache holds the stored values K_t, V_t, and
+//   s_t = scale * k_scale * (q . K_t),   o = v_scale * sum_t p_t V_t.
+// A decode row (p = 1) over two keys, fp8 e4m3fn cache, scale 0.5, k_scale 2, v_scale 4, q = 1, stored
+// K = (1, 0), V = (1, 0):
+//   s_0 = 0.5 * 2 * 1 = 1, s_1 = 0;  lse = log(e + 1);  p_0 = e / (1 + e);  o = 4 * p_0 * 1 = 4e / (1 + e).
+// Reading REFERENCE.md's old text literally (k_t = K_t k_scale, then s_t = scale (q . k_t) k_scale) gives
+// s_0 = 2, lse = log(1 + e^2); v_scale twice gives o = 16e / (1 + e); a scale left out gives s_0 = 0.5 or
+// o = e / (1 + e).
+TEST(ReferenceAttention, KvScalesApplyOnce) {
+  AttentionSpec s = hand_spec(1, {1}, {2}, DType::kF8E4M3FN);
+  s.params.scale = 0.5;
+  s.params.k_scale = 2.0;
+  s.params.v_scale = 4.0;
+  Case c = builders::attention_case(s, 1);
+  set_query(c, 0, {1.0});
+  set_key(c, 0, 0, {1.0}, {1.0});
+  set_key(c, 0, 1, {0.0}, {0.0});
+  const double e = std::exp(1.0);
+  expect_row(reference(c), 0, std::log1p(e), {4 * e / (1 + e)}, "scales once");
+}
+
+// The window hides past keys only: key t is visible from position p when
+//   t < L  &&  (!causal || t <= p)  &&  (window == 0 || p - t < window),
+// so without causality every later key t > p stays visible whatever the window. Four keys with K = 0 (every
+// logit 0: a visible key weighs 1/n) and V_t = t; four queries at p = 0..3; window 2 (p - t < 2: t >= p - 1).
+//   non-causal: p = 0 and p = 1 see {0, 1, 2, 3}: o = 6/4 = 1.5, lse = log 4; p = 2 sees {1, 2, 3}: o = 2,
+//               lse = log 3; p = 3 sees {2, 3}: o = 2.5, lse = log 2.
+//   causal:     p = 0 sees {0}: o = 0, lse = 0; p = 1 {0, 1}: o = 0.5, lse = log 2; p = 2 {1, 2}: o = 1.5;
+//               p = 3 {2, 3}: o = 2.5 (lse = log 2 for these three).
+// A window that also bounded future keys (p - window < t <= p, as case.hpp once said, or |p - t| < window)
+// would give p = 0 the keys {0} or {0, 1} when non-causal: o = 0 or 0.5, not 1.5.
+TEST(ReferenceAttention, NonCausalWindowHidesOnlyPastKeys) {
+  for (const bool causal : {false, true}) {
+    AttentionSpec s = hand_spec(1, {4}, {4});
+    s.params.causal = causal;
+    s.params.window = 2;
+    Case c = builders::attention_case(s, 2);
+    for (std::int64_t t = 0; t < 4; ++t) {
+      set_key(c, 0, t, {0.0}, {static_cast<double>(t)});
+      set_query(c, t, {1.0});
+    }
+    const Outputs out = reference(c);
+    const std::string what = causal ? "causal window 2" : "non-causal window 2";
+    if (!causal) {
+      expect_row(out, 0, std::log(4.0), {1.5}, what);
+      expect_row(out, 1, std::log(4.0), {1.5}, what);
+      expect_row(out, 2, std::log(3.0), {2.0}, what);
+      expect_row(out, 3, std::log(2.0), {2.5}, what);
+    } else {
+      EXPECT_EQ(out.at("lse").at({0, 0}), 0.0);
+      EXPECT_EQ(out.at("o").at({0, 0, 0}), 0.0);
+      expect_row(out, 1, std::log(2.0), {0.5}, what);
+      expect_row(out, 2, std::log(2.0), {1.5}, what);
+      expect_row(out, 3, std::log(2.0), {2.5}, what);
+    }
+  }
+}
+
+// A sink is a logit of its own (not scaled, not capped) that joins the max subtraction and the denominator,
+// never the numerator:
+//   m = max(sink_h, max_t s_t),  lse = m + log(exp(sink_h - m) + sum_t exp(s_t - m)),
+//   o = v_scale * sum_t exp(s_t - m) V_t / (exp(sink_h - m) + sum_t exp(s_t - m)).
+// Sequence 0 (sink 1000): causal, two queries on one key (K = 0, so s_0 = 0; V = 1), positions -1 and 0.
+//   p = -1 sees no key: m = 1000, lse = 1000 + log(e^0) = 1000 exactly, o = 0. Were the sink outside the max
+//          (m = -inf), exp(1000 - m) = inf and lse = -inf + inf = NaN.
+//   p = 0: m = 1000, the denominator is e^0 + e^-1000 = 1 (e^-1000 underflows to 0 in fp64): lse = 1000 and
+//          o = e^-1000 / 1 = 0, both exact. Outside the max (m = 0) the denominator e^1000 + 1 overflows: lse
+//          would be +inf.
+// Sequence 1 (sink 0, in a case of its own): one decode query on one key with s_0 = 0 and V = 1:
+//   lse = log(e^0 + e^0) = log 2, o = e^0 / 2 = 0.5 (a sink in the numerator too would give o = 1).
+TEST(ReferenceAttention, SinkJoinsTheMaxSubtraction) {
+  {
+    AttentionSpec s = hand_spec(1, {2}, {1});
+    s.params.has_sinks = true;
+    Case c = builders::attention_case(s, 3);
+    c.tensor("sinks").set({0}, 1000.0);
+    set_key(c, 0, 0, {0.0}, {1.0});
+    set_query(c, 0, {1.0});
+    set_query(c, 1, {1.0});
+    const Outputs out = reference(c);
+    for (std::int64_t token : {0, 1}) {
+      EXPECT_EQ(out.at("lse").at({token, 0}), 1000.0) << token;
+      EXPECT_EQ(out.at("o").at({token, 0, 0}), 0.0) << token;
+    }
+  }
+  {
+    AttentionSpec s = hand_spec(1, {1}, {1});
+    s.params.has_sinks = true;
+    Case c = builders::attention_case(s, 4);
+    c.tensor("sinks").set({0}, 0.0);
+    set_key(c, 0, 0, {0.0}, {1.0});
+    set_query(c, 0, {1.0});
+    expect_row(reference(c), 0, std::log(2.0), {0.5}, "sink 0");
+  }
+}
+
+// An infinite element of q is no special case: the logit is the fp64 dot product, so q = (inf, 0) gives
+// q . K = inf * K_0 + 0 * K_1: +-inf for K_0 > 0 / K_0 < 0, NaN for K_0 = 0 (inf * 0). Then, without a soft
+// cap, the softmax with max subtraction:
+//   a +inf logit: m = +inf and its exp(s - m) = exp(inf - inf) = NaN: the row's o and lse are NaN;
+//   -inf logits: exp(-inf - m) = 0 weighs nothing, unless every visible logit is -inf and there is no sink:
+//     then m = -inf and exp(-inf + inf) = NaN (o and lse NaN); with a sink m = sink: lse = sink, o = 0;
+//   a NaN logit: NaN.
+// With a soft cap c, s -> c tanh(s / c) maps +-inf to +-c exactly (tanh(+-inf) = +-1) and NaN to NaN.
+// Decode rows, one per sequence, D = 2, V of each key given below.
+//   no cap:  K = (1, 0) -> +inf: NaN;  K = (-1, 0) alone -> -inf: NaN;  K = (0, 1) -> NaN: NaN.
+//   sink 0.5, no cap:  K = (-1, 0) alone: m = 0.5, lse = 0.5 + log(e^0) = 0.5, o = 0 * V = 0.
+//   cap 5:  keys (1, 0) and (-1, 0) with V = (1, 2) and (3, 4): s = (5, -5), m = 5,
+//           lse = 5 + log(1 + e^-10), p = (1, e^-10) / (1 + e^-10), o = (1 + 3 e^-10, 2 + 4 e^-10) / (1 +
+//           e^-10); K = (0, 1) alone: NaN logit, NaN row.
+TEST(ReferenceAttention, InfiniteQueryElementFollowsIeeeArithmetic) {
+  const std::vector<double> q = {INFINITY, 0.0};
+  {
+    Case c = builders::attention_case(hand_spec(2, {1, 1, 1}, {1, 1, 1}), 5);
+    set_key(c, 0, 0, {1.0, 0.0}, {1.0, 2.0});
+    set_key(c, 1, 0, {-1.0, 0.0}, {1.0, 2.0});
+    set_key(c, 2, 0, {0.0, 1.0}, {1.0, 2.0});
+    for (std::int64_t token = 0; token < 3; ++token) set_query(c, token, q);
+    const Outputs out = reference(c);
+    for (std::int64_t token = 0; token < 3; ++token) {
+      EXPECT_TRUE(std::isnan(out.at("lse").at({token, 0}))) << token;
+      EXPECT_TRUE(std::isnan(out.at("o").at({token, 0, 0}))) << token;
+      EXPECT_TRUE(std::isnan(out.at("o").at({token, 0, 1}))) << token;
+    }
+  }
+  {
+    AttentionSpec s = hand_spec(2, {1}, {1});
+    s.params.has_sinks = true;
+    Case c = builders::attention_case(s, 6);
+    c.tensor("sinks").set({0}, 0.5);
+    set_key(c, 0, 0, {-1.0, 0.0}, {1.0, 2.0});
+    set_query(c, 0, q);
+    const Outputs out = reference(c);
+    EXPECT_EQ(out.at("lse").at({0, 0}), 0.5);
+    EXPECT_EQ(out.at("o").at({0, 0, 0}), 0.0);
+    EXPECT_EQ(out.at("o").at({0, 0, 1}), 0.0);
+  }
+  {
+    AttentionSpec s = hand_spec(2, {1, 1}, {2, 1});
+    s.params.softcap = 5.0;
+    Case c = builders::attention_case(s, 7);
+    set_key(c, 0, 0, {1.0, 0.0}, {1.0, 2.0});
+    set_key(c, 0, 1, {-1.0, 0.0}, {3.0, 4.0});
+    set_key(c, 1, 0, {0.0, 1.0}, {1.0, 2.0});
+    set_query(c, 0, q);
+    set_query(c, 1, q);
+    const Outputs out = reference(c);
+    const double small = std::exp(-10.0);
+    expect_row(out, 0, 5.0 + std::log1p(small),
+               {(1 + 3 * small) / (1 + small), (2 + 4 * small) / (1 + small)}, "cap 5");
+    EXPECT_TRUE(std::isnan(out.at("lse").at({1, 0})));
+    EXPECT_TRUE(std::isnan(out.at("o").at({1, 0, 0})));
+  }
+}
+
+// Where the new tokens' K/V come from (NewKv). Sequence 0 extends a one-key context by two tokens (query
+// length 2, L = 3, positions 1 and 2); sequence 1 is a decode step (query length 1, L = 2, position 1). Every
+// context key is K = V = 0; every new token's inputs are k_new = v_new = a = 1.03125, and its fp8 e4m3fn
+// cache slot holds what the cache write stores from them: a / k_scale and a / v_scale quantised. With
+// (k_scale, v_scale) = (1, 1) the slots hold 1 and 1 (e4m3fn's neighbours of 1.03125 are 1 and 1.125); with
+// (2, 0.5) they hold 0.5 and 2 (neighbours 0.5 / 0.5625 and 2 / 2.25): the dequantised cache is 1 either way.
+// q = 1.
+//   NewKv::kCache: every key is the dequantised cache, k_t = k_scale K_t = 1, v_t = v_scale V_t = 1:
+//     token 0 (p = 1, keys 0, 1): s = (0, 1), lse = log(1 + e), o = e / (1 + e);
+//     token 1 (p = 2, keys 0..2): s = (0, 1, 1), lse = log(1 + 2e), o = 2e / (1 + 2e);
+//     token 2 (decode, keys 0, 1): lse = log(1 + e), o = e / (1 + e).
+//   NewKv::kInputs: the new keys of sequence 0 are the inputs themselves, without any scale: k = v = a:
+//     token 0: lse = log(1 + e^a), o = a e^a / (1 + e^a);  token 1: lse = log(1 + 2 e^a), o = 2a e^a / (1 + 2
+//     e^a); token 2: a decode sequence reads the cache either way: as above.
+// Scaling the inputs (k_new k_scale) would make s = 2a with k_scale 2; reading the inputs in a decode
+// sequence would change token 2.
+TEST(ReferenceAttention, NewTokensComeFromTheCacheOrTheInputsAsDeclared) {
+  const double a = 1.03125;
+  for (const auto& [k_scale, v_scale] : {std::pair{1.0, 1.0}, std::pair{2.0, 0.5}}) {
+    AttentionSpec s = hand_spec(1, {2, 1}, {3, 2}, DType::kF8E4M3FN);
+    s.params.k_scale = k_scale;
+    s.params.v_scale = v_scale;
+    Case c = builders::attention_case(s, 8);
+    for (const char* name : {"k_new", "v_new"}) c.tensors[name] = Tensor::zeros(DType::kF32, {3, 1, 1});
+    set_key(c, 0, 0, {0.0}, {0.0});
+    set_key(c, 1, 0, {0.0}, {0.0});
+    // Tokens 0 and 1 are keys 1 and 2 of sequence 0, token 2 is key 1 of sequence 1.
+    const std::vector<std::pair<std::int64_t, std::int64_t>> new_keys = {{0, 1}, {0, 2}, {1, 1}};
+    for (std::int64_t token = 0; token < 3; ++token) {
+      const auto [seq, t] = new_keys[static_cast<std::size_t>(token)];
+      c.tensor("k_new").set({token, 0, 0}, a);
+      c.tensor("v_new").set({token, 0, 0}, a);
+      set_key(c, seq, t, {round_to(DType::kF8E4M3FN, a / k_scale)},
+              {round_to(DType::kF8E4M3FN, a / v_scale)});
+      set_query(c, token, {1.0});
+    }
+    const std::string what = "k_scale " + std::to_string(k_scale);
+    const double e = std::exp(1.0), ea = std::exp(a);
+    const Outputs cache = reference_attention(c, NewKv::kCache);
+    expect_row(cache, 0, std::log1p(e), {e / (1 + e)}, what + ", cache");
+    expect_row(cache, 1, std::log1p(2 * e), {2 * e / (1 + 2 * e)}, what + ", cache");
+    expect_row(cache, 2, std::log1p(e), {e / (1 + e)}, what + ", cache");
+    const Outputs inputs = reference_attention(c, NewKv::kInputs);
+    expect_row(inputs, 0, std::log1p(ea), {a * ea / (1 + ea)}, what + ", inputs");
+    expect_row(inputs, 1, std::log1p(2 * ea), {2 * a * ea / (1 + 2 * ea)}, what + ", inputs");
+    expect_row(inputs, 2, std::log1p(e), {e / (1 + e)}, what + ", inputs");
+    EXPECT_TRUE(same_bits(reference(c), cache)) << "reference() is the cache semantics";
+  }
+}
+
 }  // namespace
 }  // namespace driftcheck

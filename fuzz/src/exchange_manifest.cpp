@@ -1,5 +1,5 @@
-// The exchange manifest (driftcheck.exchange v1) and the case files it names: writing an entry and a case
-// file for export, reading and cross-checking them for check (docs/EXCHANGE.md).
+// The exchange manifest (driftcheck.exchange v2, and v1 read) and the case files it names: writing an entry
+// and a case file for export, reading and cross-checking them for check (docs/EXCHANGE.md).
 #include <algorithm>
 #include <fstream>
 #include <set>
@@ -42,7 +42,7 @@ void read_storages(const json& case_object, ManifestCase& mc) {
   for (const json& s : storages) {
     const std::string name = within_field(fmt::format("storages[{}]", mc.storage_names.size()),
                                           [&] { return string_field(s, "name"); });
-    if (name.empty() || name.starts_with(kReferencePrefix) || !seen.insert(name).second)
+    if (name.empty() || is_reference_tensor(name) || !seen.insert(name).second)
       throw ExchangeError(
           fmt::format("storage {}: \"name\" is missing, reserved or repeated", mc.storage_names.size()));
     mc.storage_names.push_back(name);
@@ -59,7 +59,30 @@ void read_storages(const json& case_object, ManifestCase& mc) {
       throw ExchangeError(fmt::format("storage \"{}\" is viewed by no tensor", mc.storage_names[i]));
 }
 
-ManifestCase parse_entry(const json& e) {
+// An attention entry's "references" (version 2): new-token source -> prefix of its reference tensors.
+std::map<std::string, std::string> parse_references(const json& e, OpKind op) {
+  const auto it = e.find("references");
+  if (op != OpKind::kAttention) {
+    if (it != e.end())
+      throw ExchangeError(
+          fmt::format("\"references\" on a {} case (only attention has a new-token source)", op_name(op)));
+    return {};
+  }
+  if (it == e.end() || !it->is_object() || it->empty())
+    throw ExchangeError("\"references\" is missing or not a non-empty object (version 2 attention cases)");
+  std::map<std::string, std::string> refs;
+  for (const auto& [source, prefix] : it->items()) {
+    const std::string p = prefix.is_string() ? prefix.get<std::string>() : "";
+    if ((source != "cache" && source != "inputs") || (p != kReferencePrefix && p != kFromInputsPrefix))
+      throw ExchangeError(fmt::format(
+          "\"references\": {}: {}: expected \"cache\" or \"inputs\", each mapped to \"{}\" or \"{}\"",
+          json(source).dump(), prefix.dump(), kReferencePrefix, kFromInputsPrefix));
+    refs[source] = p;
+  }
+  return refs;
+}
+
+ManifestCase parse_entry(const json& e, int version) {
   if (!e.is_object()) throw ExchangeError("not an object");
   ManifestCase mc;
   mc.id = string_field(e, "id");
@@ -78,6 +101,10 @@ ManifestCase parse_entry(const json& e) {
       throw ExchangeError(fmt::format("case op \"{}\" disagrees with the spec's {}", op, op_name(mc.op)));
     read_storages(mc.case_object, mc);
   });
+  if (version >= 2)
+    mc.references = parse_references(e, mc.op);
+  else if (mc.op == OpKind::kAttention)
+    mc.references = {{"cache", std::string(kReferencePrefix)}};  // version 1 wrote the cache semantics only
   return mc;
 }
 
@@ -89,7 +116,28 @@ std::string storage_name(const Case& c, const Storage* s) {
   return {};
 }
 
-json manifest_entry(const std::string& id, const CaseSpec& spec, const Case& c) {
+std::string_view export_new_kv_name(ExportNewKv n) {
+  switch (n) {
+    case ExportNewKv::kCache:
+      return "cache";
+    case ExportNewKv::kInputs:
+      return "inputs";
+    case ExportNewKv::kBoth:
+      return "both";
+  }
+  return "?";
+}
+
+bool parse_export_new_kv(std::string_view text, ExportNewKv* out) {
+  for (ExportNewKv n : {ExportNewKv::kCache, ExportNewKv::kInputs, ExportNewKv::kBoth})
+    if (text == export_new_kv_name(n)) {
+      *out = n;
+      return true;
+    }
+  return false;
+}
+
+json manifest_entry(const std::string& id, const CaseSpec& spec, const Case& c, const json& references) {
   json case_object = external::case_json(c, nullptr);
   // The protocol lists storages in order of first use over the tensors in name order: each is named after
   // its first tensor, the key of its bytes in the case file and in the outputs file.
@@ -105,19 +153,22 @@ json manifest_entry(const std::string& id, const CaseSpec& spec, const Case& c) 
   };
   for (auto& [name, t] : case_object["tensors"].items())
     t["role"] = in(sig.outputs, name) ? (in(sig.inputs, name) ? "in_place" : "output") : "input";
-  return {{"id", id},
-          {"file", fmt::format("cases/{}.safetensors", id)},
-          {"outputs_file", fmt::format("{}.safetensors", id)},
-          {"seed", c.seed},
-          {"index", c.index},
-          {"op", op_name(c.op)},
-          {"shape_class", shape_class(spec)},
-          {"replay", stream_replay_command(c.op, c.seed, c.index, "<backend>")},
-          {"spec", spec},
-          {"case", case_object}};
+  json entry = {{"id", id},
+                {"file", fmt::format("cases/{}.safetensors", id)},
+                {"outputs_file", fmt::format("{}.safetensors", id)},
+                {"seed", c.seed},
+                {"index", c.index},
+                {"op", op_name(c.op)},
+                {"shape_class", shape_class(spec)},
+                {"replay", stream_replay_command(c.op, c.seed, c.index, "<backend>")},
+                {"spec", spec},
+                {"case", case_object}};
+  if (!references.is_null()) entry["references"] = references;
+  return entry;
 }
 
-io::Safetensors case_file(const std::string& id, const Case& c, const Outputs& reference) {
+io::Safetensors case_file(const std::string& id, const Case& c, const Outputs& reference,
+                          const Outputs* from_inputs) {
   io::Safetensors f;
   for (const auto& [name, t] : c.tensors) {
     const std::string key = storage_name(c, t.storage().get());
@@ -125,6 +176,9 @@ io::Safetensors case_file(const std::string& id, const Case& c, const Outputs& r
   }
   for (const auto& [name, t] : reference)
     f.tensors[std::string(kReferencePrefix) + name] = {t.shape(), t.storage()};
+  if (from_inputs != nullptr)
+    for (const auto& [name, t] : *from_inputs)
+      f.tensors[std::string(kFromInputsPrefix) + name] = {t.shape(), t.storage()};
   f.metadata = {{"driftcheck.format", fmt::format("{}/{}", kExchangeFormat, kExchangeFormatVersion)},
                 {"driftcheck.case", id}};
   return f;
@@ -136,18 +190,34 @@ Manifest parse_manifest(std::string_view text, const std::filesystem::path& file
   };
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) fail("not a JSON object");
+  // Version 2 is written; version 1 (no new-token source: every reference is NewKv::kCache) is still read.
+  int version = kExchangeFormatVersion;
   if (const std::string problem = format_problem(j, kExchangeFormat, kExchangeFormatVersion);
-      !problem.empty())
-    fail(problem);
+      !problem.empty()) {
+    if (!format_problem(j, kExchangeFormat, 1).empty()) {
+      if (problem.starts_with("format is not")) fail(problem);
+      const auto v = j.find("format_version");
+      fail(fmt::format("format version {} (this driftcheck reads 1 and {})",
+                       v == j.end() ? "missing" : v->dump(), kExchangeFormatVersion));
+    }
+    version = 1;
+  }
   const auto cases = j.find("cases");
   if (cases == j.end() || !cases->is_array()) fail("\"cases\" is missing or not an array");
   Manifest m;
   m.dir = file.parent_path();
+  m.format_version = version;
   m.seed = j.value("seed", json(0)).is_number_unsigned() ? j["seed"].get<std::uint64_t>() : 0;
+  if (version >= 2) {
+    const auto n = j.find("new_kv");
+    if (n == j.end() || !n->is_string() || !parse_export_new_kv(n->get<std::string>(), &m.new_kv))
+      fail(fmt::format("\"new_kv\" is {}, not \"cache\", \"inputs\" or \"both\"",
+                       n == j.end() ? "missing" : n->dump()));
+  }
   std::set<std::string> ids;
   for (std::size_t i = 0; i < cases->size(); ++i) {
     try {
-      ManifestCase mc = parse_entry((*cases)[i]);
+      ManifestCase mc = parse_entry((*cases)[i], version);
       if (!ids.insert(mc.id).second) throw ExchangeError(fmt::format("id \"{}\" appears twice", mc.id));
       if (std::find(m.ops.begin(), m.ops.end(), mc.op) == m.ops.end()) m.ops.push_back(mc.op);
       m.cases.push_back(std::move(mc));
@@ -189,7 +259,7 @@ Case load_case(const Manifest& m, const ManifestCase& mc) {
   }
   fill_storages(file, mc, d.storages, path, /*require_all=*/true);
   for (const auto& [name, t] : file.tensors)
-    if (!name.starts_with(kReferencePrefix) &&
+    if (!is_reference_tensor(name) &&
         std::find(mc.storage_names.begin(), mc.storage_names.end(), name) == mc.storage_names.end())
       fail(fmt::format("holds tensor \"{}\", which the manifest does not list", name));
   Case c = std::move(d.c);

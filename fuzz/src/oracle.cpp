@@ -506,6 +506,8 @@ void check_metamorphic(const Backend& b, const PreparedCase& pc, const Case& fir
   }
 }
 
+}  // namespace
+
 // Whether some key of a prefill/extend sequence (query length > 1) has an input value (k_new, v_new) other
 // than what the reference reads from the cache for it (the stored value times the scale, and the input
 // divided by it, both compared): only then do the two NewKv semantics differ.
@@ -538,8 +540,6 @@ bool new_kv_differs(const Case& c) {
   }
   return false;
 }
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 //   driftcheck export --out DIR   writes cases of the campaign stream as safetensors (every storage whole,
 //   guard
 //                                 bands and poison included, plus the fp64 reference outputs) and
-//                                 DIR/manifest.json (format driftcheck.exchange v1: each case's layout as the
-//                                 worker protocol's case object, its seed/index, spec and replay command);
+//                                 DIR/manifest.json (format driftcheck.exchange v2: each case's layout as the
+//                                 worker protocol's case object, its seed/index, spec and replay command,
+//                                 and which new-token source (NewKv) its references use);
 //   driftcheck check              judges the output storages another program wrote (OUTPUTS/<id>.safetensors)
 //   with
 //                                 the campaign's oracle, tolerances from the numerics a backends file
@@ -29,7 +30,18 @@
 namespace driftcheck::fuzz {
 
 inline constexpr std::string_view kExchangeFormat = "driftcheck.exchange";
-inline constexpr int kExchangeFormatVersion = 1;
+// Version 2 (this one) adds the new-token source of the references: the manifest's "new_kv" (the export's
+// --new-kv) and each attention case's "references", and the case files' reference_from_inputs.* tensors.
+// Version 1 manifests are still read: their references are all NewKv::kCache.
+inline constexpr int kExchangeFormatVersion = 2;
+
+// Which reference outputs an export writes into the case files, by the new-token source (case.hpp NewKv):
+// kCache: reference.* with NewKv::kCache (the only choice of version 1); kInputs: reference.* with
+// NewKv::kInputs; kBoth: reference.* with NewKv::kCache, plus reference_from_inputs.* with NewKv::kInputs in
+// each attention case where the two differ.
+enum class ExportNewKv : std::uint8_t { kCache, kInputs, kBoth };
+std::string_view export_new_kv_name(ExportNewKv n);  // "cache", "inputs", "both"
+bool parse_export_new_kv(std::string_view text, ExportNewKv* out);
 
 // A manifest, case file or outputs file that cannot be used: "<file>: <problem>", one line.
 class ExchangeError : public std::runtime_error {
@@ -50,11 +62,17 @@ struct ManifestCase {
   nlohmann::json case_object;              // the worker protocol's case object, plus a "name" per storage
   std::vector<std::string> storage_names;  // safetensors key of each storage, in case_object order
   std::vector<std::string> storage_views;  // a tensor viewing each storage (to find it in a Case)
+  // Attention cases: the prefix of the case file's reference tensors for each new-token source the export
+  // holds ("cache" / "inputs" -> "reference." or "reference_from_inputs."); a source not listed was not
+  // exported. Empty for other ops. Version 1 manifests: {"cache": "reference."}.
+  std::map<std::string, std::string> references;
 };
 
 struct Manifest {
   std::filesystem::path dir;
+  int format_version = kExchangeFormatVersion;
   std::uint64_t seed = 0;
+  ExportNewKv new_kv = ExportNewKv::kCache;  // the export's --new-kv ("cache" for version 1)
   std::vector<OpKind> ops;
   std::vector<ManifestCase> cases;
   // Entries that could not be read: one line each, naming the manifest and the entry ("manifest.json: case 3:
@@ -62,13 +80,15 @@ struct Manifest {
   std::vector<std::string> errors;
 };
 
-// Parses manifest text; `file` names it in errors. Throws ExchangeError when the manifest as a whole is
-// unusable (not JSON, another format or version, no case list); a malformed entry goes to Manifest::errors.
+// Parses manifest text (version 1 or 2); `file` names it in errors. Throws ExchangeError when the manifest as
+// a whole is unusable (not JSON, another format or version, no case list, a version 2 manifest without a
+// valid "new_kv"); a malformed entry goes to Manifest::errors.
 Manifest parse_manifest(std::string_view text, const std::filesystem::path& file);
 Manifest read_manifest(const std::filesystem::path& dir);
 
 // The case's tensors from DIR/cases/<id>.safetensors, checked against the manifest (every storage present
-// with the manifest's dtype and size, nothing else but reference.* outputs) and validate()d. Throws
+// with the manifest's dtype and size, nothing else but reference.* and reference_from_inputs.* outputs) and
+// validate()d. Throws
 // ExchangeError.
 Case load_case(const Manifest& m, const ManifestCase& mc);
 
@@ -79,6 +99,7 @@ struct ExportOptions {
   std::vector<OpKind> ops;  // empty: every op
   std::uint64_t cases = 16;
   std::uint64_t seed = 1;
+  ExportNewKv new_kv = ExportNewKv::kCache;  // the new-token source of the references (--new-kv)
   std::filesystem::path out_dir;
   std::string command_line;
   std::ostream* log = nullptr;

@@ -139,6 +139,11 @@ struct PreparedCase {
   }
 };
 PreparedCase prepare(Case c);
+// Whether the two new-token sources (case.hpp NewKv) can give attention case c different references: some
+// key of a prefill/extend sequence (query length > 1) has an input (k_new, v_new) other than its dequantised
+// cache value. prepare() computes PreparedCase::from_inputs exactly there, and `driftcheck export --new-kv`
+// writes the second reference exactly there.
+bool new_kv_differs(const Case& c);
 // The NewKv::kInputs variant of a prepared case (its reference, baseline and model), or null where it equals
 // the cache one (see PreparedCase::from_inputs).
 std::shared_ptr<const PreparedCase> prepare_from_inputs(const PreparedCase& cache);

@@ -14,18 +14,28 @@
 //                    new keys and values as the caller has them before writing the cache; the cache slots of
 //                    the new tokens hold what vLLM's cache write stores from them)
 //                    ->  o [T, Hq, D], lse [T, Hq] (fp32)
-// Attention semantics (the reference defines them; docs/REFERENCE.md explains):
+// Attention semantics (the reference defines them; docs/REFERENCE.md section 3 says the same in more words):
 //   query j of sequence s (query length q, seq_len L) sits at absolute position p = L - q + j (causal
-//   alignment at the end); it sees key t when (!causal || t <= p) && (window == 0 || p - t < window) && t <
-//   L. logits s_t = scale * q.k_t * k_scale, then softcap c > 0 maps s -> c * tanh(s / c); a sink adds
-//   exp(sink_h) to the softmax denominator and nothing to the numerator; lse = log(sum_t exp(s_t) [+
-//   exp(sink_h)]); o = sum_t exp(s_t - lse) * v_t * v_scale. A row that sees no key and has no sink yields o
-//   = 0, lse = -inf; with a sink, o = 0 and lse = sink_h. Rows see no key only when causal and q > L (queries
-//   at p < 0).
-//   Where the new tokens' K/V come from (NewKv): from the cache (k_t = k_cache * k_scale for every key), or,
-//   for sequences with query length > 1 (prefill and extend), from k_new / v_new for the new-token positions
-//   p >= L - q (key L - q + j is k_new[query_start_loc[s] + j], without k_scale); decode sequences read the
-//   cache either way.
+//   alignment at the end); it sees key t when
+//     t < L && (!causal || t <= p) && (window == 0 || p - t < window):
+//   the window bounds past keys only, so without causality every later key t > p stays visible.
+//   K_t, V_t: the values stored for key t (k_cache / v_cache at its slot, decoded exactly); k_scale and
+//   v_scale dequantise them, each applied once:
+//     s_t = (scale * k_scale) * (q . K_t), then a softcap c > 0 maps s_t -> c * tanh(s_t / c);
+//     m = max(sink_h, max_t s_t) over the visible keys, d = exp(sink_h - m) + sum_t exp(s_t - m) (the sink
+//     terms only with sinks; the sink is neither scaled nor capped);
+//     lse = m + log(d);  o = v_scale * sum_t (exp(s_t - m) / d) * V_t.
+//   All in fp64 with IEEE semantics: an infinite element of q gives +-inf logits (NaN where it meets a zero
+//   K element); a +inf logit makes the row's o and lse NaN (exp(inf - inf)); a -inf one weighs 0, unless
+//   every visible logit is -inf and there is no sink (then NaN); a softcap maps +-inf to +-c.
+//   A row that sees no key and has no sink yields o = 0, lse = -inf; with a sink, o = 0 and lse = sink_h
+//   (the sink is the max). Rows see no key only when causal and q > L (queries at p < 0).
+//   Where the new tokens' K/V come from (NewKv): from the cache for every key (NewKv::kCache: reference(),
+//   and the exchange files' `reference.*` unless exported with --new-kv inputs), or, for sequences with
+//   query length > 1 (prefill and extend), from k_new / v_new for the new-token positions t >= L - q
+//   (NewKv::kInputs): key L - q + j's dequantised key and value are k_new[query_start_loc[s] + j] and
+//   v_new[...] themselves, no scale applied (the reference uses K_t = k_new / k_scale, V_t = v_new / v_scale
+//   in the formulas above); decode sequences read the cache either way.
 #pragma once
 
 #include <cstdint>
@@ -66,10 +76,13 @@ struct AttentionParams {
   std::int64_t block_size = 16;
   double scale = 0.125;
   bool causal = true;
-  std::int64_t window = 0;  // sliding window in keys (0: none); query at p sees keys p - window < t <= p
-  double softcap = 0.0;     // 0: none
-  double k_scale = 1.0;     // dequantisation scales of the KV cache (meaningful for fp8, 1 otherwise)
-  double v_scale = 1.0;
+  // Sliding window in keys (0: none): a query at p sees keys with p - t < window, i.e. t > p - window; it
+  // bounds past keys only (causal: p - window < t <= p; non-causal: every t > p - window, later keys
+  // included).
+  std::int64_t window = 0;
+  double softcap = 0.0;  // 0: none
+  double k_scale = 1.0;  // dequantisation scales of the KV cache, each applied once: logit (scale * k_scale)
+  double v_scale = 1.0;  // * (q . K_t), output v_scale * sum p_t V_t (meaningful for fp8, 1 otherwise)
   bool has_sinks = false;
 };
 
