@@ -124,10 +124,28 @@ def cmake_error(output: str) -> str:
     return "\n".join(lines[-15:])
 
 
-def cmake_build(source: str, build_dir: str) -> str:
-    """Configures and builds target `driftcheck` in build_dir; returns the binary's path."""
+def configured_source(build_dir: str) -> str | None:
+    """The source tree a CMake build folder was configured for (its CMakeCache.txt), or None."""
+    try:
+        with open(os.path.join(build_dir, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("CMAKE_HOME_DIRECTORY:INTERNAL="):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cmake_build(source: str, build_dir: str, own_build_dir: bool = False) -> str:
+    """Configures and builds target `driftcheck` in build_dir; returns the binary's path. own_build_dir: the folder
+    is the build's own (setuptools' build folder), cleared when it was configured for another source tree (a
+    checkout copied or moved with its python/build)."""
     env = dict(os.environ)
     check_dependencies(env)
+    configured = configured_source(build_dir)
+    if own_build_dir and configured and os.path.realpath(configured) != os.path.realpath(source):
+        log(f"{build_dir} was configured for {configured}: starting it afresh")
+        shutil.rmtree(build_dir)
     os.makedirs(build_dir, exist_ok=True)
     args = ["cmake", "-S", source, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release", "-DDRIFTCHECK_BUILD_TESTS=OFF",
             "-DDRIFTCHECK_BUILD_BENCH=OFF", "-DDRIFTCHECK_HIP_AMD_CHECK=OFF"]
@@ -176,5 +194,5 @@ def driftcheck_binary(package_dir: str, default_build_dir: str) -> str:
         log(f"using DRIFTCHECK_BINARY={given} (nothing built)")
         return given
     source = source_root(package_dir)
-    build_dir = os.environ.get("DRIFTCHECK_CMAKE_BUILD_DIR") or default_build_dir
-    return cmake_build(source, os.path.abspath(build_dir))
+    given_dir = os.environ.get("DRIFTCHECK_CMAKE_BUILD_DIR")
+    return cmake_build(source, os.path.abspath(given_dir or default_build_dir), own_build_dir=not given_dir)

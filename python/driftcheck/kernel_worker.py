@@ -41,13 +41,13 @@ def load(target: str, path: str = None) -> api.Kernel:
         raise ValueError(f"'{target}' is not MODULE:NAME")
     try:
         module = importlib.import_module(module_name)
-    except Exception as by_name:
-        if not path:
+    except ModuleNotFoundError as e:
+        # the module itself is not on the path (pytest's importlib import mode): its file, under its name; a
+        # module that was found but failed (an import inside it) fails the same way from its file
+        missing = e.name or ""
+        if not path or not (module_name == missing or module_name.startswith(missing + ".")):
             raise
-        try:
-            module = _from_file(module_name, path)
-        except Exception as by_file:
-            raise ImportError(f"import {module_name}: {_first_line(by_name)}; from {path}: {_first_line(by_file)}")
+        module = _from_file(module_name, path)
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):

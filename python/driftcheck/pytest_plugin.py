@@ -11,7 +11,8 @@ from a checkout without installing, `pytest -p driftcheck.pytest_plugin` with py
   does not know, a worker that dies at start-up, a bad gate config) is reported as a test error, not a failure; a
   kernel unavailable here is skipped with its reason; DriftFound and GateFailed are ordinary failures.
 - `driftcheck.gate` reports each backend x op x check of the gate as a result of its own,
-  `<test>::<backend> <op> <check>`, in the terminal and in --junitxml.
+  `<test>::<backend> <op> <check>`, in the terminal and in --junitxml (under pytest-xdist when the worker ends,
+  since a worker may only report the test it runs).
 - Each test's report path is a JUnit property (`driftcheck_report`, `driftcheck_gate_summary`).
 """
 
@@ -100,9 +101,25 @@ class PytestContext(testing.Context):
                 longrepr = None
             report = pytest.TestReport(
                 nodeid=f"{item.nodeid}::{c.name}", location=item.location, keywords={c.check: 1},
-                outcome=outcome, longrepr=longrepr, when="call", sections=[], duration=c.seconds,
-                user_properties=[("driftcheck_gate_summary", os.path.join(result.folder, "summary.md"))])
-            item.ihook.pytest_runtest_logreport(report=report)
+                outcome=outcome, longrepr=longrepr, when="call", sections=[], duration=c.seconds)
+            config = item.config
+            if hasattr(config, "workeroutput"):
+                # a pytest-xdist worker sends only its current test's reports: these go to the controller with
+                # the worker's output, and the controller reports them (pytest_testnodedown below)
+                data = config.hook.pytest_report_to_serializable(config=config, report=report)
+                config.workeroutput.setdefault("driftcheck_checks", []).append(data)
+            else:
+                item.ihook.pytest_runtest_logreport(report=report)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: reports the gate checks a worker ran (PytestContext.report_checks)."""
+    config = node.config
+    for data in getattr(node, "workeroutput", {}).get("driftcheck_checks", []):
+        report = config.hook.pytest_report_from_serializable(config=config, data=data)
+        report.node = node
+        config.hook.pytest_runtest_logreport(report=report)
 
 
 @pytest.fixture(autouse=True)
