@@ -64,4 +64,5 @@ class SdistWithSources(sdist):
                 shutil.copyfile(src, dst)
 
 
-setup(distclass=BinaryDistribution, cmdclass={"build_py": BuildPyWithBinary, "bdist_wheel": PlatformWheel, "sdist": SdistWithSources})
+setup(distclass=BinaryDistribution,
+      cmdclass={"build_py": BuildPyWithBinary, "bdist_wheel": PlatformWheel, "sdist": SdistWithSources})

@@ -1,8 +1,10 @@
-"""The package as pip installs it (docs/PYTHON.md, "Installing"): `python3 -m build` (Debian: python3-build,
-python3-setuptools, python3-wheel) makes an sdist carrying the C++ sources and, from it, a wheel with the driftcheck
-command line inside; the wheel installs offline into a fresh virtual environment (python3-venv), whose `driftcheck`
-lists the backends and runs a campaign, whose runner serves a worker without this checkout, and whose pytest loads
-the plugin from the package's entry point.
+"""The package as pip installs it (docs/PYTHON.md, "Installing"): `python3 -m build` (Debian: python3-build;
+python3-setuptools-whl and python3-wheel-whl, which pip installs offline into build's isolated environment through
+PIP_NO_INDEX and PIP_FIND_LINKS; without them python3-setuptools and python3-wheel with --no-isolation) makes an
+sdist carrying the C++ sources and, from it, a wheel with the driftcheck command line inside; the wheel installs
+offline into a fresh virtual environment (python3-venv), whose `driftcheck` lists the backends and runs a campaign,
+whose runner serves a worker without this checkout, and whose pytest loads the plugin from the package's entry
+point.
 
 The binary put in the wheel is the one CTest built (DRIFTCHECK_BINARY=$DRIFTCHECK_BIN), so this test builds no C++;
 the from-source build (`pip install ./python` running CMake) is .ci/pip-from-source. The build-dependency checks
@@ -56,10 +58,18 @@ class Wheel(unittest.TestCase):
         src = os.path.join(cls.tmp, "src")
         source_copy(src)
         cls.dist = os.path.join(cls.tmp, "dist")
-        # the default of `python3 -m build`: an sdist, then the wheel built from the unpacked sdist
+        # `python3 -m build python` as it is: an sdist, then the wheel built from the unpacked sdist, each in an
+        # isolated environment whose setuptools and wheel pip takes offline from Debian's wheels
+        # (python3-setuptools-whl, python3-wheel-whl); without them, the environment's own (--no-isolation)
+        wheels = "/usr/share/python-wheels"
+        isolated = all(any(f.startswith(p) for f in os.listdir(wheels)) for p in ("setuptools-", "wheel-")) \
+            if os.path.isdir(wheels) else False
+        cls.isolated = isolated
         cls.build = subprocess.run(
-            [sys.executable, "-m", "build", "--no-isolation", "--outdir", cls.dist, os.path.join(src, "python")],
-            env=clean_env({"DRIFTCHECK_BINARY": BIN}), capture_output=True, text=True, timeout=900)
+            [sys.executable, "-m", "build"] + ([] if isolated else ["--no-isolation"]) +
+            ["--outdir", cls.dist, os.path.join(src, "python")],
+            env=clean_env({"DRIFTCHECK_BINARY": BIN, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheels}),
+            capture_output=True, text=True, timeout=900)
         assert cls.build.returncode == 0, cls.build.stdout[-3000:] + cls.build.stderr[-3000:]
         cls.wheel = next(os.path.join(cls.dist, f) for f in os.listdir(cls.dist) if f.endswith(".whl"))
         cls.sdist = next(os.path.join(cls.dist, f) for f in os.listdir(cls.dist) if f.endswith(".tar.gz"))
@@ -91,7 +101,10 @@ class Wheel(unittest.TestCase):
         self.assertEqual(info.file_size, os.path.getsize(BIN))
         self.assertIn("driftcheck = driftcheck._cli:main", entry_points)
         self.assertIn("[pytest11]\ndriftcheck = driftcheck.pytest_plugin", entry_points)
-        self.assertIn(f"using DRIFTCHECK_BINARY={os.path.abspath(BIN)}", self.build.stderr + self.build.stdout)
+        log = self.build.stderr + self.build.stdout
+        self.assertIn(f"using DRIFTCHECK_BINARY={os.path.abspath(BIN)}", log)
+        if self.isolated:  # setuptools and wheel from Debian's wheels into build's own environment, offline
+            self.assertIn("Installing packages in isolated environment... (setuptools>=61, wheel)", log)
 
     def test_the_installed_command_lists_and_runs_a_campaign(self):
         self.assertEqual(self.install.returncode, 0, self.install.stderr)
