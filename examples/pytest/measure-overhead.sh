@@ -5,7 +5,8 @@
 # that run wrote (the same worker, kernel, numerics and seed), alternately, REPEATS times each. From the repository
 # root, with a built driftcheck:
 #   [PYTHON=python3] examples/pytest/measure-overhead.sh BIN [SECONDS] [REPEATS]    (default 30 s, 3 repeats)
-# Prints one Markdown row per run and the medians.
+# Prints one Markdown row per run (wall time, and CPU time of the command and its children: user + system, which
+# the machine's load moves less) and the medians.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=$(realpath "$1")
@@ -14,31 +15,29 @@ repeats=${3:-3}
 work=$(mktemp -d)
 python=${PYTHON:-/usr/bin/python3}  # with pytest and torch (Debian: python3-pytest, python3-torch)
 export DRIFTCHECK_BIN=$bin PYTHONPATH=$PWD/python PYTHONDONTWRITEBYTECODE=1
-now() { date +%s.%N; }
-echo "| run | pytest (s) | driftcheck fuzz (s) | overhead (s) | cases (pytest / fuzz) |"
-echo "|---|---:|---:|---:|---:|"
+echo "| run | pytest wall (s) | fuzz wall (s) | overhead wall (s) | pytest CPU (s) | fuzz CPU (s) | overhead CPU (s) | cases (pytest / fuzz) |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+TIMEFORMAT='%R %U %S'  # wall, user and system seconds of the command and its children
 for i in $(seq 1 "$repeats"); do
-  t0=$(now)
-  "$python" -m pytest -p driftcheck.pytest_plugin -p no:cacheprovider -q examples/pytest/tests/test_rmsnorm.py \
-    --driftcheck-seconds "$seconds" --driftcheck-out "$work/pytest-$i" >"$work/pytest-$i.log" 2>&1
-  t1=$(now)
+  { time "$python" -m pytest -p driftcheck.pytest_plugin -p no:cacheprovider -q examples/pytest/tests/test_rmsnorm.py \
+    --driftcheck-seconds "$seconds" --driftcheck-out "$work/pytest-$i" >"$work/pytest-$i.log" 2>&1; } 2>"$work/t-pytest-$i"
   folder=$(dirname "$(ls "$work/pytest-$i"/*/backends.toml)")
   backend=ext.$(sed -n 's/^name = "\(.*\)"/\1/p' "$folder/backends.toml")
-  t2=$(now)
-  "$bin" fuzz --backends "$folder/backends.toml" --backend "$backend" --seconds "$seconds" --seed 1 \
-    --out "$work/fuzz-$i" --quiet
-  t3=$(now)
+  { time "$bin" fuzz --backends "$folder/backends.toml" --backend "$backend" --seconds "$seconds" --seed 1 \
+    --out "$work/fuzz-$i" --quiet; } 2>"$work/t-fuzz-$i"
   cases_pytest=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['cases'])" "$folder/report.json")
   cases_fuzz=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['cases'])" "$work/fuzz-$i/report.json")
-  awk -v i="$i" -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" -v cp="$cases_pytest" -v cf="$cases_fuzz" \
-    'BEGIN { printf "| %d | %.2f | %.2f | %.2f | %s / %s |\n", i, b - a, d - c, (b - a) - (d - c), cp, cf }' |
-    tee -a "$work/rows.md"
+  read -r pw pu ps <"$work/t-pytest-$i"
+  read -r fw fu fs <"$work/t-fuzz-$i"
+  awk -v i="$i" -v pw="$pw" -v pu="$pu" -v ps="$ps" -v fw="$fw" -v fu="$fu" -v fs="$fs" -v cp="$cases_pytest" \
+    -v cf="$cases_fuzz" 'BEGIN { printf "| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %s / %s |\n",
+    i, pw, fw, pw - fw, pu + ps, fu + fs, (pu + ps) - (fu + fs), cp, cf }' | tee -a "$work/rows.md"
 done
 "$python" - "$work/rows.md" <<'PY'
 import statistics, sys
-rows = [line.split("|")[2:5] for line in open(sys.argv[1])]
-p, f, o = ([float(r[i]) for r in rows] for i in range(3))
-print(f"\nmedians over {len(rows)} runs: pytest {statistics.median(p):.2f} s, driftcheck fuzz "
-      f"{statistics.median(f):.2f} s, overhead {statistics.median(o):.2f} s")
+rows = [[float(x) for x in line.split("|")[2:8]] for line in open(sys.argv[1])]
+med = [statistics.median(r[i] for r in rows) for i in range(6)]
+print(f"\nmedians over {len(rows)} runs: wall: pytest {med[0]:.2f} s, driftcheck fuzz {med[1]:.2f} s, overhead "
+      f"{med[2]:.2f} s; CPU: pytest {med[3]:.2f} s, driftcheck fuzz {med[4]:.2f} s, overhead {med[5]:.2f} s")
 PY
 echo "(load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); logs in $work)"
