@@ -375,7 +375,6 @@ class FuzzResult:
 
     def summary(self) -> str:
         """The failure message: one line per finding group, its shrunk case and replay command; the report."""
-        e = self.entry
         seed = self.report.get("seed")
         groups = self.groups
         head = (f"driftcheck: kernel {self.kernel} drifts: {self.failed} of {self.cases_run} cases failed "
