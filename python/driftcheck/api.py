@@ -60,12 +60,31 @@ class Kernel:
         return str(verdict)
 
 
-_kernels: dict = {}
+_kernels: dict = {}  # op -> the kernel a worker serves
+_others: dict = {}  # op -> names of further kernels registered for it (a module of several variants)
 _unavailable: list = []
 
 
 def kernels() -> dict:
     return dict(_kernels)
+
+
+def ambiguous() -> Optional[str]:
+    """Why `serve()` cannot tell which kernel to serve (two kernels registered for one op), else None. A module
+    may define several kernels of one op (a correct one and a variant, as a test suite does); a worker script
+    serves one kernel per op, and `driftcheck.fuzz` serves the one it is given (serve_only)."""
+    if not _others:
+        return None
+    return "; ".join(f"{len(names) + 1} kernels registered for {op} ({_kernels[op].fn.__name__}, "
+                     f"{', '.join(names)}): a worker script serves one kernel per op" for op, names in
+                     sorted(_others.items()))
+
+
+def serve_only(kernel: "Kernel") -> None:
+    """Makes `kernel` the only one this process serves (the worker `driftcheck.fuzz` starts)."""
+    _kernels.clear()
+    _others.clear()
+    _kernels[kernel.op] = kernel
 
 
 def unavailable(reason: str) -> None:
@@ -83,10 +102,11 @@ def _register(op: str, fn: Callable, tensors: str, device: str, supports) -> Ker
         raise ValueError(f"@{op}: tensors must be one of {TENSOR_KINDS}, not '{tensors}'")
     if tensors == "numpy" and device != "cpu":
         raise ValueError(f"@{op}: NumPy kernels run on the CPU (device '{device}' given)")
-    if op in _kernels:
-        raise ValueError(f"@{op}: a kernel for {op} is already registered ({_kernels[op].fn.__name__})")
     k = Kernel(op, fn, tensors, device, supports)
-    _kernels[op] = k
+    if op in _kernels:
+        _others.setdefault(op, []).append(fn.__name__)
+    else:
+        _kernels[op] = k
     return k
 
 

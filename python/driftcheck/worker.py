@@ -157,6 +157,9 @@ class Worker:
     def hello(self, obj: dict) -> dict:
         if obj.get("protocol") != PROTOCOL or obj.get("version") != VERSION:
             raise ProtocolError(f"hello for {obj.get('protocol')} version {obj.get('version')}")
+        ambiguous = api.ambiguous()
+        if ambiguous is not None:  # an error reply: driftcheck refuses the backend with this message (exit 2)
+            raise ValueError(ambiguous)
         kernels = api.kernels()
         reply = {"protocol": PROTOCOL, "version": VERSION, "ops": sorted(kernels), "info": _info(),
                  # without a supports function every case is taken: save driftcheck the round trip

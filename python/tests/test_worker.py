@@ -51,6 +51,21 @@ class Handshake(unittest.TestCase):
         self.assertEqual(reply["reason"], "vllm is not importable (No module named 'vllm')")
         self.assertEqual(w.close()[0], 0)
 
+    def test_two_kernels_for_one_op_are_refused_at_hello(self):
+        # a module may define a kernel and its variant (a test suite does); a worker script must serve one
+        w = harness.FakeDriftcheck(script("""
+            @dc.rmsnorm(tensors="numpy")
+            def correct(case):
+                pass
+            @dc.rmsnorm(tensors="numpy")
+            def variant(case):
+                pass
+        """))
+        kind, reply = w.hello("rmsnorm")
+        self.assertEqual(kind, worker.ERROR)
+        self.assertIn("2 kernels registered for rmsnorm (correct, variant)", reply["message"])
+        self.assertEqual(w.close()[0], 0)
+
     def test_run_by_hand_says_what_it_is(self):
         import subprocess
 
