@@ -55,12 +55,15 @@ TEST(RatioHistogram, BinsAreExactAtTheirEdgesAndCountZerosAndNonFiniteApart) {
     EXPECT_EQ(RatioHistogram::bin_of(edge), key + 1) << key;
   }
   RatioHistogram h;
+  // inf: a NaN/Inf output; NaN: a case without output (reports::case_ratio), ranked above it.
   h.add(0), h.add(0), h.add(kInf), h.add(std::nan("")), h.add(1.0);
   EXPECT_EQ(h.zeros, 2);
-  EXPECT_EQ(h.nonfinite, 2);
+  EXPECT_EQ(h.nonfinite, 1);
+  EXPECT_EQ(h.no_output, 1);
   EXPECT_EQ(h.count(), 5);
   EXPECT_EQ(h.quantile(0.4), 0.0);
-  EXPECT_EQ(h.quantile(1.0), kInf);
+  EXPECT_EQ(h.quantile(0.8), kInf);
+  EXPECT_TRUE(std::isnan(h.quantile(1.0)));
 }
 
 TEST(DriftStats, MergeInIndexOrderEqualsAddingEveryCaseAndSurvivesJson) {

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Every example runner of examples/python on a GPU machine, in one call, from a prebuilt driftcheck:
-#   bash examples/python/gpu-campaigns.sh BIN_DIR OUT_DIR [SECONDS] [PLANTED_SECONDS]
+#   bash examples/python/gpu-campaigns.sh BIN_DIR OUT_DIR [CASES (300)] [PLANTED_CASES (150)] [SEED (3)]
+# A fixed seed and number of cases, so that a run is the same campaign every time and .ci/gpu-check can hold the
+# examples to their expectation: exit 1 when a correct example has a finding (known findings apart), a planted bug
+# is not caught, or a campaign could not run (summarize_campaigns.py).
 # BIN_DIR holds driftcheck (and lib/ for its shared libraries, as .ci/gpu-check). Run from the repository root.
 #   1. the Python runner's tests (on a GPU they also run SDPA, Triton and torch on the device), alongside 2.;
-#   2. concurrently, one campaign per correct example backend (SECONDS, default 300) and one per planted-bug variant
-#      (PLANTED_SECONDS, default 120), each with its own --out; backends unavailable here (no vllm, no Triton)
-#      are skipped with their reason;
+#   2. concurrently, one campaign per correct example backend (CASES) and one per planted-bug variant
+#      (PLANTED_CASES), each with its own --out; backends unavailable here (no vllm, no Triton) are skipped with
+#      their reason;
 #   3. then one after another (about 80 s), pairs of an external and a built-in backend on the same cases: the
 #      protocol's overhead per run request (concat: a copy, NumPy on the CPU and torch on the GPU) and the
 #      external/built-in rate;
@@ -15,8 +18,9 @@ set -uo pipefail
 bin=$(cd "$1" && pwd)
 mkdir -p "$2"
 out=$(cd "$2" && pwd)
-seconds=${3:-300}
-planted_seconds=${4:-120}
+cases=${3:-300}
+planted_cases=${4:-150}
+seed=${5:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -50,16 +54,16 @@ list_pid=$!
 # Every external backend declared in the examples; one unavailable here (no vllm, no Triton) stops at once and the
 # summary lists it with its reason.
 mapfile -t names < <(grep -h '^name = ' "$here"/*.toml | sed 's/name = "\(.*\)"/ext.\1/')
-echo "== 2. campaigns (${seconds} s each, planted bugs ${planted_seconds} s), $(date -u +%T)"
+echo "== 2. campaigns (seed ${seed}, ${cases} cases each, planted bugs ${planted_cases}), $(date -u +%T)"
 pids=()
 for name in "${names[@]}"; do
   case "$name" in
     ext.copy.concat.numpy | ext.copy.concat.torch.cuda) continue ;;  # measured in the pairs below
-    *.planted_*) s=$planted_seconds ;;
-    *) s=$seconds ;;
+    *.planted_*) n=$planted_cases ;;
+    *) n=$cases ;;
   esac
-  DRIFTCHECK_RUNNER_STATS="$work/$name.stats" "$dc" fuzz "${backends[@]}" --backend "$name" --seconds "$s" \
-    --shrink-seconds 20 --jobs 2 --out "$work/$name" >"$work/$name.log" 2>&1 &
+  DRIFTCHECK_RUNNER_STATS="$work/$name.stats" "$dc" fuzz "${backends[@]}" --backend "$name" --cases "$n" \
+    --seed "$seed" --shrink-seconds 20 --jobs 2 --out "$work/$name" >"$work/$name.log" 2>&1 &
   pids+=($!)
   sleep 1  # staggered: dozens of workers importing torch and creating CUDA contexts at once slow every hello
 done
@@ -87,6 +91,7 @@ fi
 
 echo "== 4. summary"
 python3 "$here/summarize_campaigns.py" "$work" >/dev/null
+status=$?
 cp "$work/summary.md" "$out/summary.md"
 if [ -s "$out/skipped.txt" ]; then
   { echo; echo "## Skipped"; echo; sed 's/^/- /' "$out/skipped.txt"; } >>"$out/summary.md"
@@ -95,3 +100,4 @@ fi
 cat "$out/summary.md"
 tar czf "$out/campaigns.tgz" -C "$work" . # reports, journals, findings, logs: at most 8 files come back
 rm -rf "$work"
+exit "$status"

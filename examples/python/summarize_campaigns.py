@@ -4,8 +4,9 @@ external/built-in rate on the same cases.
 
     python3 summarize_campaigns.py DIR   # reads DIR/*/report.json and DIR/*.stats, writes DIR/summary.md
 
-A backend named `*.planted_*` must have findings; any other must have run cases and have none; one that is
-unavailable on the machine (no vllm, no Triton) is listed with its reason. Pair campaigns (DIR/pair-*/) hold an
+A backend named `*.planted_*` must have findings; any other must have run cases and have none (known findings, the
+upstream defects a twin reproduces, are not findings); one that is unavailable on the machine (no vllm, no Triton)
+is listed with its reason. Exits 1 when any result is unexpected. Pair campaigns (DIR/pair-*/) hold an
 external and a built-in backend on the same cases with the same declared numerics, so both ran the same number
 of times per case (metamorphic reruns included): the difference of their check times divided by the external's
 run requests (counted by the Python worker, DIR/pair-*.stats) is the protocol's cost per request.
@@ -46,6 +47,19 @@ def result(b, unavailable):
     return "clean" if b["distinct_findings"] == 0 else "FINDINGS"
 
 
+def worst_cell(b):
+    """The backend's worst case as the report says it: a ratio, or what its verdict was (NaN/Inf, no output)."""
+    ratio, verdict = b.get("worst_ratio"), b.get("worst_verdict", "")
+    if ratio is None:
+        return "-"
+    ratio = float(ratio)  # "inf" and "nan" are strings in report.json
+    if verdict in ("error", "crash", "timeout"):
+        return f"no output: {verdict}"
+    if verdict in ("nan_mismatch", "inf_mismatch") or ratio != ratio or ratio == float("inf"):
+        return "NaN/Inf"
+    return f"{ratio:.3g}" + (f" ({verdict})" if verdict else "")
+
+
 def unavailable_map(r):
     out = {}
     for u in r.get("unavailable", []):
@@ -72,7 +86,7 @@ def campaigns_table(d, reports):
             st = load_stats(d, name)
             worker = f"{1e3 * st['seconds'] / st['runs']:.3f} ({st['kernel_ms'] / st['runs']:.3f})" if st and \
                 st["runs"] else "-"
-            worst = "-" if b["worst_ratio"] is None else f"{b['worst_ratio']:.3g}"
+            worst = worst_cell(b)
             lines.append(f"| {b['name']} | {res} | {b['cases_run']} | {b['unsupported']} | {rate:.1f} | "
                          f"{worst} | {failures} | {reasons} | {worker} |")
             if res.split(":")[0] in ("NO CASES RUN", "NOT CAUGHT", "FINDINGS"):
@@ -155,7 +169,9 @@ def main(d):
     with open(os.path.join(d, "summary.md"), "w") as f:
         f.write(text)
     print(text)
-    return 0
+    # A correct example with a finding, a planted bug not caught or a campaign that could not run fails the run
+    # (.ci/gpu-check's examples part).
+    return 1 if unexpected else 0
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "driftcheck/fuzz/json_fields.hpp"
+#include "driftcheck/fuzz/sha256.hpp"
 #include "driftcheck/reports/file_io.hpp"
 #include "driftcheck/reports/json_text.hpp"
 
@@ -134,14 +135,6 @@ nlohmann::json metrics_json(const OutputMetrics& m) {
           {"tolerance", number_json(m.worst_tolerance)}};
 }
 
-// The output whose worst element is furthest beyond its tolerance: the headline of a finding.
-const OutputMetrics* worst_output(const Evaluation& e) {
-  const OutputMetrics* worst = nullptr;
-  for (const auto& m : e.metrics)
-    if (worst == nullptr || m.worst_ratio > worst->worst_ratio) worst = &m;
-  return worst;
-}
-
 }  // namespace
 
 void write_tensors(const std::filesystem::path& path, const Case& c) {
@@ -234,31 +227,88 @@ std::map<std::string, Tensor, std::less<>> read_tensors(const std::filesystem::p
   return parse_tensors(slurp(path), path.string());
 }
 
+namespace {
+
+std::string_view definition_kind_name(BackendDefinition::Kind k) {
+  switch (k) {
+    case BackendDefinition::Kind::kBackendsFile:
+      return "backends_file";
+    case BackendDefinition::Kind::kPlugin:
+      return "plugin";
+    case BackendDefinition::Kind::kBuiltIn:
+      break;
+  }
+  return "built_in";
+}
+
+}  // namespace
+
+DefinitionRecord record_definition(const Backend& b) {
+  DefinitionRecord r{b.definition(), {}};
+  if (r.definition.kind == BackendDefinition::Kind::kBuiltIn) return r;
+  std::ifstream in(r.definition.path, std::ios::binary);
+  if (in) {
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    r.sha256 = sha256_hex(bytes.str());
+  }
+  return r;
+}
+
+DefinitionRecord definition_of(const nlohmann::json& finding, const std::string& name) {
+  DefinitionRecord r;
+  if (!finding.contains("definition")) return r;
+  try {
+    const nlohmann::json& d = object_field(finding, "definition");
+    const std::string kind = string_field(d, "kind");
+    if (kind == "backends_file")
+      r.definition.kind = BackendDefinition::Kind::kBackendsFile;
+    else if (kind == "plugin")
+      r.definition.kind = BackendDefinition::Kind::kPlugin;
+    else
+      throw FieldError("definition.kind", fmt::format("'{}' is not backends_file or plugin", kind));
+    r.definition.path = string_field(d, "path"), r.sha256 = string_field(d, "sha256");
+    if (!r.definition.path.is_absolute())
+      throw FieldError("definition.path",
+                       fmt::format("'{}' is not an absolute path", r.definition.path.string()));
+  } catch (const FieldError& e) {
+    throw BundleError(fmt::format("{}: {}", name, e.what()));
+  }
+  return r;
+}
+
 nlohmann::json finding_json(const FindingRecord& f, OpKind op) {
   const Evaluation& e = f.evaluation;
   nlohmann::json metrics = nlohmann::json::array();
   for (const auto& m : e.metrics) metrics.push_back(metrics_json(m));
-  const OutputMetrics* worst = worst_output(e);
-  return {{"format", "driftcheck.finding"},
-          {"format_version", kBundleFormatVersion},
-          {"id", f.id},
-          {"op", op_name(op)},
-          {"backend", f.backend},
-          {"verdict", verdict_name(e.verdict)},
-          {"detail", e.detail},
-          {"worst_ratio", number_json(e.worst_ratio)},
-          {"worst_output", worst ? worst->output : ""},
-          {"worst_index", worst ? worst->worst_index : std::vector<std::int64_t>{}},
-          {"tolerance", number_json(worst ? worst->worst_tolerance : 0.0)},
-          {"metrics", metrics},
-          {"seed", f.seed},
-          {"case_index", f.case_index},
-          {"shape_class", f.shape_class},
-          {"shrink_steps", f.shrink_steps},
-          {"shrink_tries", f.shrink_tries},
-          {"shape", f.shape},
-          {"replay", f.replay},
-          {"replay_stream", f.replay_stream}};
+  const OutputMetrics* worst = worst_metrics(e);
+  nlohmann::json definition;
+  if (f.definition.definition.kind != BackendDefinition::Kind::kBuiltIn)
+    definition = {{"kind", definition_kind_name(f.definition.definition.kind)},
+                  {"path", f.definition.definition.path.string()},
+                  {"sha256", f.definition.sha256}};
+  nlohmann::json j = {{"format", "driftcheck.finding"},
+                      {"format_version", kBundleFormatVersion},
+                      {"id", f.id},
+                      {"op", op_name(op)},
+                      {"backend", f.backend},
+                      {"verdict", verdict_name(e.verdict)},
+                      {"detail", e.detail},
+                      {"worst_ratio", number_json(e.worst_ratio)},
+                      {"worst_output", worst ? worst->output : ""},
+                      {"worst_index", worst ? worst->worst_index : std::vector<std::int64_t>{}},
+                      {"tolerance", number_json(worst ? worst->worst_tolerance : 0.0)},
+                      {"metrics", metrics},
+                      {"seed", f.seed},
+                      {"case_index", f.case_index},
+                      {"shape_class", f.shape_class},
+                      {"shrink_steps", f.shrink_steps},
+                      {"shrink_tries", f.shrink_tries},
+                      {"shape", f.shape},
+                      {"replay", f.replay},
+                      {"replay_stream", f.replay_stream}};
+  if (!definition.is_null()) j["definition"] = definition;
+  return j;
 }
 
 namespace {
@@ -382,6 +432,7 @@ nlohmann::json parse_finding_json(std::string_view text, const std::string& name
   } catch (const FieldError& e) {
     throw BundleError(fmt::format("{}: {}", name, e.what()));
   }
+  (void)definition_of(j, name);
   return j;
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -64,7 +65,7 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
       : opts_(std::move(opts)),
         sel_(std::move(sel)),
         dir_(std::move(dir)),
-        findings_(dir_->path(), opts_.gen.model) {
+        findings_(dir_->path(), opts_.gen.model, opts_.backends) {
     // A backend named exactly but unavailable here stays selected (it must fail as zero-case) but never runs.
     std::string why;
     for (const Backend* b : sel_.backends)
@@ -365,7 +366,7 @@ void Campaign::statistical_class_findings() {
       report.shape_class = shape;
       report.detail = e.detail, report.worst_ratio = e.worst_ratio, report.seed = opts_.seed;
       report.case_index = index, report.found_after_s = elapsed();
-      report.replay = stream_replay_command(b->op(), opts_.seed, index, b->name(), opts_.gen.model);
+      report.replay = stream_replay_command(b->op(), opts_.seed, index, *b, opts_.gen.model);
       report.features = case_features(drawn.spec);
       if (findings_.add(sig, report) && findings_.claim_drawn_bundle(report.backend, report.verdict))
         findings_.save_bundle(sig, *b, drawn.spec, p.input, e);
@@ -380,13 +381,15 @@ std::string Campaign::on_failure(const Backend& b, const CaseSpec& spec, const P
                                  const Evaluation& e) {
   const std::string shape = shape_class(spec);
   const std::string sig = signature_of(spec.op, b.name(), e.verdict, shape);
-  if (const auto known = findings_.find(sig)) return known->report.id;
+  // A signature is represented by its lowest case (Findings::add): a later case of it only counts.
+  if (const auto known = findings_.find(sig); known && known->report.case_index <= p.input.index)
+    return known->report.id;
   reports::FindingReport report;
   report.id = finding_id(b.name(), e.verdict, sig), report.op = std::string(op_name(spec.op));
   report.backend = std::string(b.name()), report.verdict = std::string(verdict_name(e.verdict));
   report.shape_class = shape, report.detail = e.detail, report.worst_ratio = e.worst_ratio;
   report.seed = opts_.seed, report.case_index = p.input.index, report.found_after_s = elapsed();
-  report.replay = stream_replay_command(spec.op, opts_.seed, p.input.index, b.name(), opts_.gen.model);
+  report.replay = stream_replay_command(spec.op, opts_.seed, p.input.index, b, opts_.gen.model);
   report.features = case_features(spec);
   if (findings_.add(sig, report) && findings_.claim_drawn_bundle(report.backend, report.verdict))
     findings_.save_bundle(sig, b, spec, p.input, e);
@@ -514,6 +517,18 @@ CampaignResult Campaign::run() {
       }
     });
   }
+  if (!failed() && !interrupted()) {
+    // The drawn bundles of the lowest cases of each class, whichever worker met which first.
+    in_own_thread([](Campaign& c) {
+      try {
+        c.findings_.keep_lowest_drawn_bundles();
+      } catch (const std::system_error& e) {
+        c.fail_io(e);
+        return;
+      }
+      c.absorb(bundle_unbundled(c.findings_, c.opts_));
+    });
+  }
   if (!failed() && !interrupted()) absorb(group_phase(findings_, opts_, jobs(), shared_from_this()));
   if (abandoned_ > 0 && opts_.log)
     *opts_.log << fmt::format(
@@ -586,10 +601,49 @@ CheckResult check_case(const Backend& backend, Case pristine) {
   return r;
 }
 
+namespace {
+
+// A word as a POSIX shell reads it back: as it is when it holds only safe characters, else single-quoted.
+std::string shell_word(const std::string& w) {
+  const bool safe = !w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("/._-+:,=@%").find(c) != std::string_view::npos;
+  });
+  if (safe) return w;
+  std::string out = "'";
+  for (char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::string definition_args(const BackendDefinition& d) {
+  switch (d.kind) {
+    case BackendDefinition::Kind::kBackendsFile:
+      return " --backends " + shell_word(d.path.string());
+    case BackendDefinition::Kind::kPlugin:
+      return " --plugin " + shell_word(d.path.string());
+    case BackendDefinition::Kind::kBuiltIn:
+      break;
+  }
+  return {};
+}
+
+std::string definition_args(std::string_view backend, const Registry& reg) {
+  const Backend* b = reg.find(backend);
+  return b ? definition_args(b->definition()) : std::string();
+}
+
+std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index, const Backend& backend,
+                                  std::string_view model) {
+  return stream_replay_command(op, seed, index, backend.name(), model, definition_args(backend.definition()));
+}
+
 std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index,
-                                  std::string_view backend, std::string_view model) {
-  return fmt::format("driftcheck replay --seed {} --case {} --op {} --backend {}{}{}", seed, index,
-                     op_name(op), backend, model.empty() ? "" : " --model ", model);
+                                  std::string_view backend, std::string_view model,
+                                  std::string_view definition) {
+  return fmt::format("driftcheck replay --seed {} --case {} --op {} --backend {}{}{}{}", seed, index,
+                     op_name(op), backend, model.empty() ? "" : " --model ", model, definition);
 }
 
 }  // namespace driftcheck::fuzz

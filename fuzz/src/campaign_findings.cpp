@@ -8,6 +8,7 @@
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/json_fields.hpp"
+#include "driftcheck/reports/file_io.hpp"
 #include "driftcheck/reports/json_text.hpp"
 
 namespace driftcheck::fuzz {
@@ -31,13 +32,12 @@ std::string finding_id(std::string_view backend, Verdict v, const std::string& s
 namespace {
 
 json metrics_json(const Evaluation& e) {
-  const OutputMetrics* worst = nullptr;
-  for (const auto& m : e.metrics)
-    if (worst == nullptr || m.worst_ratio > worst->worst_ratio || std::isnan(m.worst_ratio)) worst = &m;
+  const OutputMetrics* worst = worst_metrics(e);
   return {{"verdict", verdict_name(e.verdict)},
           {"detail", e.detail},
           {"worst_ratio", reports::number_json(e.worst_ratio)},
           {"worst_output", worst ? worst->output : ""},
+          {"worst_output_ratio", reports::number_json(worst ? worst->worst_ratio : 0)},
           {"worst_value", reports::number_json(worst ? worst->worst_value : 0)},
           {"worst_reference", reports::number_json(worst ? worst->worst_reference : 0)},
           {"worst_tolerance", reports::number_json(worst ? worst->worst_tolerance : 0)}};
@@ -48,7 +48,9 @@ Evaluation evaluation_from(const json& j) {
   Evaluation e;
   e.detail = string_field(j, "detail"), e.worst_ratio = number_field(j, "worst_ratio");
   OutputMetrics m;
-  m.output = string_field(j, "worst_output"), m.worst_ratio = e.worst_ratio;
+  m.output = string_field(j, "worst_output");
+  // Journals written before the worst output's own ratio was recorded: the evaluation's.
+  m.worst_ratio = j.contains("worst_output_ratio") ? number_field(j, "worst_output_ratio") : e.worst_ratio;
   m.worst_value = number_field(j, "worst_value"), m.worst_reference = number_field(j, "worst_reference");
   m.worst_tolerance = number_field(j, "worst_tolerance");
   e.metrics.push_back(m);
@@ -57,11 +59,30 @@ Evaluation evaluation_from(const json& j) {
 
 }  // namespace
 
+std::string Findings::stream_replay(const reports::FindingReport& r) const {
+  OpKind op;
+  if (!parse_op(r.op, &op)) return r.replay;
+  return stream_replay_command(op, r.seed, r.case_index, r.backend, model_,
+                               backends_ ? definition_args(r.backend, *backends_) : std::string());
+}
+
+DefinitionRecord Findings::definition_of(const std::string& backend) const {
+  const Backend* b = backends_ ? backends_->find(backend) : nullptr;
+  return b ? record_definition(*b) : DefinitionRecord{};
+}
+
 void Findings::load(const json& r) {
   std::lock_guard lock(mu_);
   const std::string type = string_field(r, "type");
   if (type == "finding") {
-    auto& f = by_signature_[string_field(r, "signature")];
+    const std::string sig = string_field(r, "signature");
+    // A signature journaled again at a lower case replaces it (add()); never the other way round.
+    if (const auto it = by_signature_.find(sig);
+        it != by_signature_.end() && u64_field(r, "case_index") >= it->second.report.case_index)
+      return;
+    auto& f = by_signature_[sig];
+    if (f.bundled) --drawn_bundles_[f.report.backend + "|" + f.report.verdict];
+    f.bundled = false, f.report.bundle.clear(), f.report.shape.clear();
     auto& rep = f.report;
     rep.id = string_field(r, "id"), rep.op = string_field(r, "op"), rep.backend = string_field(r, "backend");
     rep.verdict = string_field(r, "verdict"), rep.shape_class = string_field(r, "shape_class");
@@ -70,6 +91,14 @@ void Findings::load(const json& r) {
     rep.found_after_s = number_field(r, "found_after_s"), rep.replay = string_field(r, "replay");
     // Journals written before grouping by cause lack the drawn case's features.
     rep.features = r.contains("features") ? strings_field(r, "features") : std::vector<std::string>{};
+  } else if (type == "unbundle") {
+    const std::string id = string_field(r, "id");
+    for (auto& [sig, f] : by_signature_) {
+      if (f.report.id != id || !f.bundled) continue;
+      --drawn_bundles_[f.report.backend + "|" + f.report.verdict];
+      f.bundled = false, f.report.bundle.clear(), f.report.shape.clear();
+      f.report.replay = string_field(r, "replay");
+    }
   } else if (type == "bundle") {
     const std::string id = string_field(r, "id");
     for (auto& [sig, f] : by_signature_) {
@@ -118,11 +147,8 @@ std::vector<std::string> Findings::verify_bundles() {
     if (!f.bundled || bundle_matches(out_dir_ / f.report.bundle, f.report.case_index, 0)) continue;
     f.bundled = false, --drawn_bundles_[f.report.backend + "|" + f.report.verdict];
     f.report.bundle.clear();
-    OpKind op;
-    if (parse_op(f.report.op,
-                 &op))  // the replay command of the missing bundle would name a missing directory
-      f.report.replay =
-          stream_replay_command(op, f.report.seed, f.report.case_index, f.report.backend, model_);
+    // The replay command of the missing bundle would name a missing directory.
+    f.report.replay = stream_replay(f.report);
     redo.push_back(f.report.id);
   }
   // A group without its representative's bundle is forgotten: its findings are unexplained again, and the
@@ -160,6 +186,36 @@ bool Findings::claim_drawn_bundle(const std::string& backend, const std::string&
   return n < kDrawnBundlesPerClass ? (++n, true) : false;
 }
 
+void Findings::keep_lowest_drawn_bundles() {
+  std::shared_lock writing(writes_);
+  if (sealed_) return;
+  std::lock_guard lock(mu_);
+  std::map<std::string, std::vector<std::pair<std::uint64_t, FindingState*>>> by_class;
+  for (auto& [sig, f] : by_signature_)
+    by_class[f.report.backend + "|" + f.report.verdict].emplace_back(f.report.case_index, &f);
+  for (auto& [c, list] : by_class) {
+    std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    int kept = 0;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      FindingState& f = *list[i].second;
+      const auto dir = out_dir_ / "findings" / f.report.id;
+      if (i < kDrawnBundlesPerClass) {
+        kept += f.bundled;
+        continue;
+      }
+      // A bundle a worker wrote for it first, or one left behind when a lower case replaced its case.
+      if (!f.bundled && !std::filesystem::exists(dir)) continue;
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+      if (ec) reports::throw_io_error(ec.value(), "cannot remove", dir);
+      f.bundled = false, f.report.bundle.clear(), f.report.shape.clear();
+      f.report.replay = stream_replay(f.report);
+      journal_->append({{"type", "unbundle"}, {"id", f.report.id}, {"replay", f.report.replay}});
+    }
+    drawn_bundles_[c] = kept;
+  }
+}
+
 void Findings::seal() {
   std::unique_lock lock(writes_);
   sealed_ = true;
@@ -181,13 +237,15 @@ void Findings::add_group(GroupDef g, const CaseSpec& spec, const Case& pristine)
                     g.backend,
                     shape_class(spec),
                     g.replay,
-                    stream_replay_command(spec.op, seed, index, g.backend, model_),
+                    stream_replay_command(spec.op, seed, index, g.backend, model_,
+                                          backends_ ? definition_args(g.backend, *backends_) : std::string()),
                     seed,
                     index,
                     g.shrink.accepted,
                     g.shrink.tried,
                     shape_line(spec),
-                    g.evaluation};
+                    g.evaluation,
+                    definition_of(g.backend)};
   g.shape = rec.shape;
   write_bundle(dir, spec, pristine, rec);
   std::lock_guard lock(mu_);
@@ -220,8 +278,14 @@ bool Findings::add(const std::string& signature, const reports::FindingReport& r
   std::shared_lock writing(writes_);
   if (sealed_) return false;
   std::lock_guard lock(mu_);
-  if (by_signature_.count(signature)) return false;
-  by_signature_[signature].report = report;
+  const auto it = by_signature_.find(signature);
+  if (it != by_signature_.end() && it->second.report.case_index <= report.case_index) return false;
+  const bool fresh = it == by_signature_.end();
+  FindingState& f = by_signature_[signature];
+  // Its drawn bundle, if any, holds the other case: it no longer counts (keep_lowest_drawn_bundles bundles
+  // this case once discovery ends, or removes it; a bundle being written now is not taken for this case's).
+  if (f.bundled) --drawn_bundles_[f.report.backend + "|" + f.report.verdict];
+  f = FindingState{report, false};
   journal_->append({{"type", "finding"},
                     {"signature", signature},
                     {"id", report.id},
@@ -236,7 +300,7 @@ bool Findings::add(const std::string& signature, const reports::FindingReport& r
                     {"found_after_s", report.found_after_s},
                     {"replay", report.replay},
                     {"features", report.features}});
-  return true;
+  return fresh;
 }
 
 void Findings::save_bundle(const std::string& signature, const Backend& b, const CaseSpec& spec,
@@ -256,16 +320,19 @@ void Findings::save_bundle(const std::string& signature, const Backend& b, const
                     std::string(b.name()),
                     shape_class(spec),
                     bundle_replay_command(dir),
-                    stream_replay_command(spec.op, seed, index, b.name(), model_),
+                    stream_replay_command(spec.op, seed, index, b, model_),
                     seed,
                     index,
                     0,
                     0,
                     shape_line(spec),
-                    e};
+                    e,
+                    record_definition(b)};
   write_bundle(dir, spec, pristine, rec);
   std::lock_guard lock(mu_);
   auto& f = by_signature_.at(signature);
+  // A lower case of the signature came while this one was written: the bundle is not its (see add()).
+  if (f.report.case_index != index) return;
   f.bundled = true;
   f.report.bundle = rel, f.report.replay = rec.replay, f.report.shape = rec.shape;
   f.report.detail = e.detail, f.report.worst_ratio = e.worst_ratio;

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/journal.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/spec.hpp"
@@ -67,9 +68,10 @@ std::string finding_id(std::string_view backend, Verdict v, const std::string& s
 
 class Findings {
  public:
-  // `model`: the campaign's model profile, named in the stream replay commands of its bundles.
-  explicit Findings(std::filesystem::path out_dir, std::string model = {})
-      : out_dir_(std::move(out_dir)), model_(std::move(model)) {}
+  // `model`: the campaign's model profile, named in the stream replay commands of its bundles; `backends`:
+  // the registry its backends come from (their definitions go into replay commands and bundles).
+  explicit Findings(std::filesystem::path out_dir, std::string model = {}, const Registry* backends = nullptr)
+      : out_dir_(std::move(out_dir)), model_(std::move(model)), backends_(backends) {}
 
   // The journal that "finding" and "bundle" records go to (set once it is open).
   void attach(Journal* journal) { journal_ = journal; }
@@ -84,7 +86,10 @@ class Findings {
   // (backend, verdict) without one, up to kDrawnBundlesPerClass per class): claims those bundles.
   std::vector<std::string> unbundled();
   // The first failing case of a signature becomes a finding, journaled at once: a kill before its bundle is
-  // written still leaves the finding, which resume bundles. Returns false for a signature already known.
+  // written still leaves the finding, which resume bundles. A signature is represented by its lowest case
+  // index whichever worker met which case first, so a later report of a lower case replaces it (journaled
+  // again; its drawn bundle, of the other case, no longer counts, and keep_lowest_drawn_bundles settles it).
+  // Returns true for a new signature only: the caller may bundle it at once.
   bool add(const std::string& signature, const reports::FindingReport& report);
   // Writes (or replaces) the finding's bundle of its drawn case and journals it.
   void save_bundle(const std::string& signature, const Backend& b, const CaseSpec& spec, const Case& pristine,
@@ -93,6 +98,11 @@ class Findings {
   // Whether a new finding of this (backend, verdict) gets its drawn bundle at once (the first
   // kDrawnBundlesPerClass of each do).
   bool claim_drawn_bundle(const std::string& backend, const std::string& verdict);
+  // The drawn bundles of each (backend, verdict) become those of its kDrawnBundlesPerClass lowest case
+  // indices, as a one-job run would have written them: any other bundle is removed (and journaled so), and
+  // unbundled() then names the ones still owed. Run once discovery ends, so a campaign's bundles depend on
+  // its seed and cases only, not on the order its workers met them.
+  void keep_lowest_drawn_bundles();
   // Writes the group's representative bundle (findings/<group id>/) and journals the group.
   void add_group(GroupDef g, const CaseSpec& spec, const Case& pristine);
   std::vector<GroupDef> groups() const;
@@ -107,8 +117,14 @@ class Findings {
   std::size_t size() const;
 
  private:
+  // The stream command of a finding's case, with what it needs to find the backend.
+  std::string stream_replay(const reports::FindingReport& r) const;
+  // The record of a backend's definition, looked up by name.
+  DefinitionRecord definition_of(const std::string& backend) const;
+
   std::filesystem::path out_dir_;
   std::string model_;
+  const Registry* backends_ = nullptr;
   Journal* journal_ = nullptr;
   mutable std::mutex mu_;
   // Held shared by every write (bundle files and journal record together), exclusively by seal().

@@ -275,11 +275,10 @@ reports::FindingGroup from_def(const GroupDef& d) {
   g.features = d.features, g.shrunk = true, g.confirmed = d.confirmed, g.not_needed = d.not_needed;
   g.representative = d.bundle, g.replay = d.replay, g.detail = d.evaluation.detail, g.shape = d.shape;
   g.shrink_steps = d.shrink.accepted, g.shrink_tries = d.shrink.tried, g.shrink_minimal = d.shrink.minimal;
-  for (const auto& m : d.evaluation.metrics) {
-    if (m.worst_ratio < d.evaluation.worst_ratio && !std::isnan(m.worst_ratio)) continue;
-    g.worst_output = m.output, g.representative_ratio = reports::case_ratio(d.verdict, m.worst_ratio);
-    g.worst_value = m.worst_value, g.worst_reference = m.worst_reference;
-    g.worst_tolerance = m.worst_tolerance;
+  if (const OutputMetrics* m = worst_metrics(d.evaluation)) {
+    g.worst_output = m->output, g.representative_ratio = reports::case_ratio(d.verdict, m->worst_ratio);
+    g.worst_value = m->worst_value, g.worst_reference = m->worst_reference;
+    g.worst_tolerance = m->worst_tolerance;
   }
   return g;
 }

@@ -157,7 +157,8 @@ bool copy_bundle(const ShardRun& from, const std::string& bundle, const fs::path
 // An unsharded campaign bundles the drawn cases of the first kDrawnBundlesPerClass findings of each (backend,
 // verdict), in stream order with one job; each shard bundled its own first ones, which include those. The
 // others lose their bundle and replay from the stream, as in the unsharded run.
-void keep_first_drawn_bundles(std::map<std::string, FindingState>& findings, const std::string& model) {
+void keep_first_drawn_bundles(std::map<std::string, FindingState>& findings, const std::string& model,
+                              const Registry& reg) {
   std::map<std::string, std::vector<std::pair<std::uint64_t, FindingState*>>> by_class;
   for (auto& [sig, f] : findings)
     by_class[f.report.backend + "|" + f.report.verdict].emplace_back(f.report.case_index, &f);
@@ -168,7 +169,8 @@ void keep_first_drawn_bundles(std::map<std::string, FindingState>& findings, con
       OpKind op;
       if (r.bundle.empty() || !parse_op(r.op, &op)) continue;
       list[i].second->bundled = false, r.bundle.clear(), r.shape.clear();
-      r.replay = stream_replay_command(op, r.seed, r.case_index, r.backend, model);
+      r.replay =
+          stream_replay_command(op, r.seed, r.case_index, r.backend, model, definition_args(r.backend, reg));
     }
   }
 }
@@ -243,7 +245,7 @@ CampaignResult merge_campaigns(const MergeOptions& options) {
   warn_about_reasons(shards, options.log);
 
   fs::create_directories(options.out_dir / "findings");
-  keep_first_drawn_bundles(findings, opts.gen.model);
+  keep_first_drawn_bundles(findings, opts.gen.model, reg);
   for (auto& [sig, f] : findings)
     if (f.bundled && copy_bundle(*found_in[sig], f.report.bundle, options.out_dir))
       f.report.replay = bundle_replay_command(options.out_dir / f.report.bundle);

@@ -18,6 +18,7 @@
 #include "driftcheck/fuzz/input_error.hpp"
 #include "driftcheck/fuzz/journal.hpp"
 #include "driftcheck/fuzz/profiles.hpp"
+#include "driftcheck/fuzz/replay.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -167,18 +168,8 @@ const Backend& find_backend(const std::string& name) {
 }
 
 int report_check(const Backend& b, const CheckResult& r, std::ostream& out) {
-  if (!r.support.ok) {
-    out << fmt::format("UNSUPPORTED {}: {} (nothing ran: counts as a failure)\n", b.name(), r.support.reason);
-    return kExitDrift;
-  }
-  const Evaluation& e = r.evaluation;
-  out << fmt::format("{} {} {} worst_ratio {:.4g}{}{}\n", is_failure(e.verdict) ? "FAIL" : "PASS", b.name(),
-                     verdict_name(e.verdict), e.worst_ratio, e.detail.empty() ? "" : ": ", e.detail);
-  // Still a failure of the real kernel (exit 1), but a known one: say which.
-  for (const auto& id : r.known_findings)
-    out << fmt::format("KNOWN FINDING {}: an upstream defect the twin reproduces (docs/FINDINGS.md#{})\n", id,
-                       id);
-  return is_failure(e.verdict) ? kExitDrift : kExitClean;
+  out << replay_report(b, r);
+  return r.support.ok && !is_failure(r.evaluation.verdict) ? kExitClean : kExitDrift;
 }
 
 int replay_command(const ReplayArgs& a, std::ostream& out) {
@@ -187,6 +178,7 @@ int replay_command(const ReplayArgs& a, std::ostream& out) {
       throw UsageError("replay takes either a BUNDLE or --seed/--case/--op, not both");
     Bundle bundle = read_bundle(a.bundle);
     const std::string name = a.backend.empty() ? bundle.finding.value("backend", "") : a.backend;
+    if (a.backend.empty()) load_bundle_backend(bundle.finding, name, a.bundle);
     const Backend& b = find_backend(name);
     if (b.op() != bundle.spec.op)
       throw UsageError(fmt::format("backend {} runs {}, the bundle holds a {} case", name, op_name(b.op()),

@@ -43,7 +43,7 @@ std::string case_text(const Evaluation& ev) {
 std::string replay(const reports::BackendReport& b, std::uint64_t seed, std::uint64_t index) {
   OpKind op;
   parse_op(b.op, &op);
-  return stream_replay_command(op, seed, index, b.name);
+  return stream_replay_command(op, seed, index, b.name, {}, definition_args(b.name, registry()));
 }
 
 reports::DriftStats total_of(const reports::BackendReport& b) {
@@ -154,8 +154,9 @@ void run_entry(const CorpusEntry& e, const std::vector<GateBackend>& backends, s
     ++tally[i].failed;
     checks[i].status = CheckStatus::kFailed;
     checks[i].details +=
-        fmt::format("{} (found on {} as {}): {}: {}\n    driftcheck replay {} --backend {}\n", e.id,
-                    e.origin_backend, e.origin_verdict, case_text(ev), ev.detail, e.dir.string(), b.name());
+        fmt::format("{} (found on {} as {}): {}: {}\n    driftcheck replay {} --backend {}{}\n", e.id,
+                    e.origin_backend, e.origin_verdict, case_text(ev), ev.detail, e.dir.string(), b.name(),
+                    definition_args(b.definition()));
   }
 }
 
@@ -234,8 +235,9 @@ GateCheck backend_golden_check(const GateBackend& gb, const std::vector<GoldenCa
     }
     fold(ev);
     ++t.failed;
-    c.details += fmt::format("{}: {}: {}\n    driftcheck golden verify --dir {} --case {} --backend {}\n",
-                             g.name, case_text(ev), ev.detail, dir.string(), g.name, b.name());
+    c.details += fmt::format("{}: {}: {}\n    driftcheck golden verify --dir {} --case {} --backend {}{}\n",
+                             g.name, case_text(ev), ev.detail, dir.string(), g.name, b.name(),
+                             definition_args(b.definition()));
   }
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   tally_properties(t, c);

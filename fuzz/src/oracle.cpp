@@ -581,6 +581,53 @@ std::string_view verdict_name(Verdict v) {
   return "unknown";
 }
 
+const OutputMetrics* worst_metrics(const Evaluation& e) {
+  const OutputMetrics* worst = nullptr;
+  for (const auto& m : e.metrics)
+    if (worst == nullptr || (!std::isnan(worst->worst_ratio) &&
+                             (m.worst_ratio > worst->worst_ratio || std::isnan(m.worst_ratio))))
+      worst = &m;
+  return worst;
+}
+
+std::string_view verdict_description(Verdict v) {
+  switch (v) {
+    case Verdict::kPass:
+      return "every element within its derived tolerance";
+    case Verdict::kUnsupported:
+      return "the backend declined the case";
+    case Verdict::kError:
+      return "no output: the backend raised an error";
+    case Verdict::kTimeout:
+      return "no output: the worker did not answer within its timeout";
+    case Verdict::kCrash:
+      return "no output: the worker process died on the case";
+    case Verdict::kGuardViolation:
+      return "bytes outside every output view changed (an out-of-bounds write)";
+    case Verdict::kInputModified:
+      return "an input that is not in place changed";
+    case Verdict::kNanMismatch:
+      return "a NaN where the reference is finite, or a number where it is NaN";
+    case Verdict::kInfMismatch:
+      return "infinities that do not match the reference's";
+    case Verdict::kBeyondTolerance:
+      return "an element's error is beyond its derived tolerance";
+    case Verdict::kNotExact:
+      return "a data movement that is not bit-exact";
+    case Verdict::kNondeterministic:
+      return "two runs of the same case differ in some bit";
+    case Verdict::kBatchVariant:
+      return "a row's bits change with the rest of the batch";
+    case Verdict::kBlockPermutationVariant:
+      return "permuting the physical KV blocks (table updated) changed some bit";
+    case Verdict::kFusedUnfusedDrift:
+      return "fused and unfused chains differ by more than their roundings explain";
+    case Verdict::kBeyondStatisticalBound:
+      return "within the worst-case tolerance, but improbable for a correct kernel of its declared numerics";
+  }
+  return "unknown verdict";
+}
+
 bool parse_verdict(std::string_view name, Verdict* out) {
   // Every value verdict_name() knows, so a verdict added there is parsed here without another list.
   for (int i = 0; i <= std::numeric_limits<std::uint8_t>::max(); ++i) {

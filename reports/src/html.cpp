@@ -345,8 +345,10 @@ void group_details(const Report& r, const std::string& dir, std::string& h) {
       h += fmt::format("<li>repro: {} <span class=meta>({} shrinks accepted of {} tried{})</span></li>",
                        esc(g->shape), g->shrink_steps, g->shrink_tries, g->shrink_minimal ? ", minimal" : "");
     if (!g->representative.empty())
-      h += fmt::format("<li>keep it in the regression corpus: <code>driftcheck corpus add {}/{}</code></li>",
-                       esc(dir), esc(g->representative));
+      h += fmt::format(
+          "<li>keep it in a regression corpus (created if new; a gate's corpus re-runs it on every change): "
+          "<code>driftcheck corpus add {}/{} --corpus driftcheck-corpus</code></li>",
+          esc(dir), esc(g->representative));
     h += "</ul>";
     if (g->members.size() > 1) {
       h += fmt::format(
@@ -695,11 +697,12 @@ thousands, NaN or Inf is a structural bug (strides, aliasing, garbage reads, wro
 <p><b>A finding group</b> is one backend, one verdict and the smallest set of case features that still fails after
 shrinking (each feature removed in turn must make the failure go away). Its count is every failing case whose cause
 it explains; its representative bundle is the shrunk case.</p>
-<p><b>What to do next</b>: replay the representative (<code>driftcheck replay DIR/findings/ID</code>, or the stream
-command for members without a bundle) and run it on the correct backend next to the broken one
-(<code>--backend</code>); keep it as a regression case (<code>driftcheck corpus add DIR/findings/ID</code>, re-run by
-every gate); when the backend is a twin of a real kernel, the finding is about the upstream kernel: file it upstream
-with the replay command and the bundle, and list it as a known finding.</p>
+<p><b>What to do next</b>: run the group's replay command (its members' stream commands replay the cases without
+a bundle), and the same with <code>--backend</code> naming the correct backend, next to the broken one; keep the
+representative as a regression case with the group's <code>corpus add</code> command (a gate re-runs its corpus on
+every change: point <code>--corpus</code> at your gate's); when the backend is a twin of a real kernel, the finding
+is about the upstream kernel: file it upstream with the replay command and the bundle, and list it as a known
+finding.</p>
 <p><b>The acceptance proxy</b> says whether the drift would change a drafter's tokens: correct backends keep nearly
 every token, structural bugs collapse acceptance (the incident behind this tool: 58% against 2.8% with the same
 weights).</p>

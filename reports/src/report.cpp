@@ -16,7 +16,8 @@ bool worse_group(const FindingGroup& a, const FindingGroup& b) {
   if (ra != rb) return ra > rb;
   if (std::isnan(a.worst_ratio) != std::isnan(b.worst_ratio)) return std::isnan(a.worst_ratio);
   if (a.worst_ratio != b.worst_ratio && !std::isnan(a.worst_ratio)) return a.worst_ratio > b.worst_ratio;
-  return a.cases > b.cases;
+  if (a.cases != b.cases) return a.cases > b.cases;
+  return a.id < b.id;  // a total order: the report does not depend on the order groups were found in
 }
 
 void write_reports(const Report& r, const std::filesystem::path& dir) {

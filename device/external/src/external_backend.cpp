@@ -140,6 +140,10 @@ class ExternalBackend final : public Backend {
     return h.available;
   }
 
+  BackendDefinition definition() const override {
+    return {BackendDefinition::Kind::kBackendsFile, std::filesystem::absolute(d_.file)};
+  }
+
   std::string origin() const override {
     std::string s = fmt::format("{}; numerics {}", d_.origin(), d_.numerics_source);
     if (!d_.twin.empty()) s += "; twin " + d_.twin;

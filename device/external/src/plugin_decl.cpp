@@ -12,6 +12,7 @@ namespace driftcheck::external {
 std::unique_ptr<Backend> make_plugin_backend(const BackendDecl& d) {
   PluginOptions o;
   o.name = d.name, o.config = d.plugin_config, o.description = d.description, o.origin = d.origin();
+  o.backends_file = d.file;
   o.twin = d.twin;
   if (!d.numerics_source.empty()) o.numerics = d.numerics;
   const std::string who = fmt::format("{} ({})", d.name, d.origin());

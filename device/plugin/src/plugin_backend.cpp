@@ -110,6 +110,11 @@ class PluginBackend final : public Backend {
   std::string origin() const override {
     return fmt::format("{}plugin {}", opts_.origin.empty() ? "" : opts_.origin + "; ", path_.string());
   }
+  BackendDefinition definition() const override {
+    if (!opts_.backends_file.empty())
+      return {BackendDefinition::Kind::kBackendsFile, std::filesystem::absolute(opts_.backends_file)};
+    return {BackendDefinition::Kind::kPlugin, std::filesystem::absolute(path_)};
+  }
   OpKind op() const override { return static_cast<OpKind>(p_->op); }
   Numerics numerics() const override { return numerics_of(p_->numerics); }
   std::string_view twin() const override { return opts_.twin; }

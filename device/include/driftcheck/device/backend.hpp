@@ -4,6 +4,7 @@
 // BackendError.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -95,6 +96,15 @@ struct Numerics {
   bool block_permutation_invariant = true;  // physical KV block placement does not change any bit
 };
 
+// What a command line needs to find a backend that is not built in: the backends file (`--backends FILE`) or
+// the C plugin (`--plugin FILE.so`) that defines it, by absolute path. Commands driftcheck prints name it,
+// and repro bundles record it with the file's hash, so they run as printed (docs/CAMPAIGN.md "Replay").
+struct BackendDefinition {
+  enum class Kind : std::uint8_t { kBuiltIn, kBackendsFile, kPlugin };
+  Kind kind = Kind::kBuiltIn;
+  std::filesystem::path path;  // absolute; empty for a built-in
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -128,6 +138,8 @@ class Backend {
   // Where a backend not built in comes from, for `driftcheck list`: "backends.toml:12; worker: torch 2.11,
   // cuda:0" for an external backend, "out of process (--isolate)" for an isolated one. Empty for built-ins.
   virtual std::string origin() const { return {}; }
+  // The file that defines a backend that is not built in (BackendDefinition).
+  virtual BackendDefinition definition() const { return {}; }
   // False when the kernel already runs in another process (a worker, an --isolate'd backend): --isolate
   // leaves those as they are and wraps the others (built-ins and C plugins).
   virtual bool in_process() const { return true; }

@@ -32,6 +32,16 @@ std::map<std::string, Tensor, std::less<>> read_tensors(const std::filesystem::p
 // more elements than it (so nothing a reader allocates later exceeds the file's size).
 std::map<std::string, Tensor, std::less<>> parse_tensors(std::string data, const std::string& name);
 
+// How the bundle's backend was defined when the bundle was written: the backends file or plugin
+// (Backend::definition) and the SHA-256 of its bytes then, so `driftcheck replay BUNDLE` finds an external
+// backend without being told, and refuses a file that changed since. Kind kBuiltIn: nothing to record.
+struct DefinitionRecord {
+  BackendDefinition definition;
+  std::string sha256;  // empty when the file could not be read
+};
+// Records `b`'s definition, hashing its file now.
+DefinitionRecord record_definition(const Backend& b);
+
 // What finding.json holds, besides the format fields.
 struct FindingRecord {
   std::string id;
@@ -45,6 +55,7 @@ struct FindingRecord {
   std::int64_t shrink_tries = 0;  // candidates evaluated
   std::string shape;              // shape_line() of the bundled case
   Evaluation evaluation;          // verdict, detail, metrics (outputs are not stored)
+  DefinitionRecord definition;    // of the backend, when it is not built in
 };
 nlohmann::json finding_json(const FindingRecord& f, OpKind op);
 
@@ -75,5 +86,8 @@ struct CaseFile {
 };
 CaseFile parse_case_json(std::string_view text, const std::string& name);
 nlohmann::json parse_finding_json(std::string_view text, const std::string& name);
+// The definition finding.json records (kind kBuiltIn when it has none: a built-in backend, or a bundle
+// written before bundles recorded it). Throws BundleError naming the field.
+DefinitionRecord definition_of(const nlohmann::json& finding, const std::string& name);
 
 }  // namespace driftcheck::fuzz

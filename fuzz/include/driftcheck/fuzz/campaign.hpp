@@ -118,9 +118,21 @@ struct CheckResult {
 };
 CheckResult check_case(const Backend& backend, Case pristine);
 
-// The command that replays case `index` of seed `seed` alone.
+// What a command needs to find a backend that is not built in: " --backends /abs/file.toml" or " --plugin
+// /abs/x.so" (shell-quoted where the path needs it), "" for a built-in.
+std::string definition_args(const BackendDefinition& d);
+// The same for a backend known by name in `reg` ("" when it is not there, or built in).
+std::string definition_args(std::string_view backend, const Registry& reg);
+
+// The command that replays case `index` of seed `seed` alone on `backend`, with what it needs to find the
+// backend (definition_args) and the campaign's model profile.
+std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index, const Backend& backend,
+                                  std::string_view model = {});
+// The same for a backend named only ("<backend>", for a kernel that runs elsewhere), or whose definition
+// arguments the caller has (`definition`, as definition_args writes them).
 std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index,
-                                  std::string_view backend, std::string_view model = {});
+                                  std::string_view backend, std::string_view model = {},
+                                  std::string_view definition = {});
 
 // The storage formats of a case, the key of its drift statistics: the activation format ("bf16"), and for
 // attention with a KV cache in another format both ("bf16+fp8_e4m3fn").

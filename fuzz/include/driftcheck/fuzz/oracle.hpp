@@ -36,6 +36,9 @@ enum class Verdict : std::uint8_t {
   kBeyondStatisticalBound,   // within the worst-case tolerance, but improbable for a correct kernel
 };
 std::string_view verdict_name(Verdict v);
+// The verdict in words, for people reading a replay ("a NaN where the reference is finite, or a number where
+// it is NaN").
+std::string_view verdict_description(Verdict v);
 bool is_failure(Verdict v);                               // everything but kPass and kUnsupported
 bool parse_verdict(std::string_view name, Verdict* out);  // false for a name verdict_name() never returns
 
@@ -64,6 +67,11 @@ struct Evaluation {
   double stat_p_value = 1;
   Outputs outputs;  // what the backend wrote (fp64, logical shapes); empty when it did not run
 };
+
+// The output whose worst element is furthest beyond its tolerance: the first of the largest worst_ratio, a
+// NaN ratio above every number (nullptr without metrics). One rule for the headline of a finding everywhere
+// it is shown (bundles, journal, groups, heatmaps).
+const OutputMetrics* worst_metrics(const Evaluation& e);
 
 // Per-element terms of the error model of one output (docs/ORACLE.md derives each). Vectors are row-major
 // over the output's logical shape; an empty vector is a zero term. The tolerance of element i for a backend

@@ -204,7 +204,7 @@ struct Report {
 };
 
 // "Worst first" for groups: the graver verdict (numbers.hpp verdict_rank), then the larger worst ratio (NaN,
-// no output, above every number), then more failing cases.
+// no output, above every number), then more failing cases, then the id.
 bool worse_group(const FindingGroup& a, const FindingGroup& b);
 
 nlohmann::json to_json(const Report& r);

@@ -29,7 +29,10 @@ struct PluginOptions {
   std::string config;       // handed to the plugin's create() (a backends file's plugin_config)
   std::string description;  // empty: the plugin's own
   std::string origin;       // where it was declared ("backends.toml:12"), for `driftcheck list`
-  std::string twin;         // the CPU twin that models the plugin's kernel (Backend::twin), or empty
+  // The backends file that declares it (`plugin = "x.so"`); empty for a plugin loaded with --plugin, which
+  // the plugin's own path defines (Backend::definition).
+  std::filesystem::path backends_file;
+  std::string twin;  // the CPU twin that models the plugin's kernel (Backend::twin), or empty
   // A backends file's numerics: when given they must equal the plugin's declaration (a file cannot widen a
   // plugin's tolerance behind its back, nor the plugin the file's).
   std::optional<Numerics> numerics;
