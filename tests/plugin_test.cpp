@@ -263,5 +263,77 @@ TEST(Plugin, CommandLineLoadsPlugins) {
                      ": built for plugin ABI version 2, this driftcheck loads version 1\n");
 }
 
+// A backends file with the example plugin twice (correct and planted), as docs/PLUGIN.md declares them.
+fs::path example_pair_file(const std::string& name) {
+  const fs::path dir = fresh_dir(name);
+  fs::create_directories(dir);
+  std::ofstream(dir / "pair.toml") << "format = \"driftcheck.backends\"\nversion = 1\n"
+                                   << "[[backend]]\nname = \"c_norm\"\nop = \"rmsnorm\"\nplugin = \""
+                                   << DRIFTCHECK_EXAMPLE_PLUGIN << "\"\n"
+                                   << "[[backend]]\nname = \"c_norm_planted\"\nop = \"rmsnorm\"\nplugin = \""
+                                   << DRIFTCHECK_EXAMPLE_PLUGIN
+                                   << "\"\nplugin_config = \"planted_bug=stride_ignored\"\n";
+  return dir / "pair.toml";
+}
+
+// The backends of a campaign's report.json, by name.
+std::vector<std::string> report_backends(const fs::path& out) {
+  const std::string report = slurp_text(out / "report.json");
+  std::vector<std::string> names;
+  for (std::size_t at = report.find("\"name\": \""); at != std::string::npos;
+       at = report.find("\"name\": \"", at + 1)) {
+    const std::size_t from = at + 9, to = report.find('"', from);
+    names.push_back(report.substr(from, to - from));
+  }
+  return names;
+}
+
+TEST(Plugin, PluginOrBackendsFileAloneJudgesOnlyTheKernelsItNames) {
+  // Without --backend, the built-in twins would run too (and, in a short run, some run zero cases: exit 1).
+  const fs::path out = fresh_dir("alone");
+  EXPECT_EQ(driftcheck(std::string("fuzz --plugin ") + DRIFTCHECK_EXAMPLE_PLUGIN +
+                       " --cases 40 --shrink-seconds 0 -q --out " + out.string()),
+            0);
+  const auto names = report_backends(out);
+  EXPECT_NE(std::find(names.begin(), names.end(), "plugin.example_rmsnorm"), names.end());
+  for (const auto& n : names) EXPECT_FALSE(n.starts_with("cpu.")) << n << " ran beside the plugin";
+  fs::remove_all(out);
+  const fs::path file = example_pair_file("alone_file");
+  EXPECT_EQ(driftcheck("fuzz --backends " + file.string() + " --cases 60 --shrink-seconds 0 -q --out " +
+                       out.string()),
+            1);  // the planted entry is found
+  const auto file_names = report_backends(out);
+  for (const auto& n : file_names) EXPECT_TRUE(n.starts_with("ext.c_norm")) << n << " is not in the file";
+  EXPECT_NE(std::find(file_names.begin(), file_names.end(), "ext.c_norm_planted"), file_names.end());
+  fs::remove_all(out);
+}
+
+TEST(Plugin, OptionsNeverSwallowTheBundle) {
+  const fs::path file = example_pair_file("replay_file"), out = fresh_dir("replay_campaign");
+  ASSERT_EQ(
+      driftcheck("fuzz --backends " + file.string() +
+                 " --backend ext.c_norm_planted --cases 60 --shrink-seconds 2 -q --out " + out.string()),
+      1);
+  fs::path bundle;
+  for (const auto& e : fs::directory_iterator(out / "findings")) bundle = e.path();
+  ASSERT_FALSE(bundle.empty());
+  std::string err;
+  // The bundle after a repeatable option is the bundle, not a second backends file or plugin.
+  EXPECT_EQ(driftcheck("replay --backends " + file.string() + " " + bundle.string(), &err), 1) << err;
+  EXPECT_EQ(driftcheck(std::string("replay --plugin ") + DRIFTCHECK_EXAMPLE_PLUGIN + " " + bundle.string() +
+                           " --backend plugin.example_rmsnorm",
+                       &err),
+            0)
+      << err;  // the correct kernel passes the planted bug's case
+  EXPECT_EQ(driftcheck(
+                "replay --backends " + file.string() + " --backends " + file.string() + " " + bundle.string(),
+                &err),
+            2);  // the same file twice declares ext.c_norm twice
+  EXPECT_NE(err.find("already registered"), std::string::npos) << err;
+  EXPECT_EQ(driftcheck("replay --backends " + bundle.string(), &err), 2);
+  EXPECT_NE(err.find("is a directory, not a backends file"), std::string::npos) << err;
+  fs::remove_all(out);
+}
+
 }  // namespace
 }  // namespace driftcheck

@@ -137,10 +137,16 @@ KnownFindings known_findings_option(const std::string& path) {
 
 namespace {
 
-int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& err, bool tty) {
+// `named`: the backends the command line's --backends files and --plugin libraries declared. Without
+// --backend they are what the campaign judges, each as if named exactly (one that cannot run here fails the
+// run as a zero-case backend), rather than every built-in backend besides.
+int fuzz_command(const FuzzArgs& a, const std::vector<std::string>& named, const std::string& command,
+                 std::ostream& err, bool tty) {
   CampaignOptions o;
   o.ops = parse_op_list(a.ops);
   o.backend_globs = a.backends, o.include_mutants = a.mutants;
+  if (a.backends.empty() && !a.resume && !named.empty())
+    o.backend_globs = fmt::format("{}", fmt::join(named, ","));
   o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs, o.gen.model = a.model;
   o.shrink_seconds = a.shrink_seconds, o.grace_seconds = a.grace_seconds;
   o.log = a.progress.quiet ? nullptr : &err, o.progress = a.progress.style(tty);
@@ -255,6 +261,16 @@ void add_replay_options(CLI::App& cmd, ReplayArgs& a) {
   cmd.add_option("--model", a.model, "stream replay: the campaign's model profile");
 }
 
+// Every option takes one value per occurrence, so that none swallows the positional arguments after it:
+// CLI11 lets a repeatable option (a vector: --backends FILE, --plugin PATH, --case ID) take every following
+// word, and `replay --backends FILE BUNDLE` read the bundle as a second backends file. Repeat the option
+// instead (`--backends a.toml --backends b.toml`).
+void one_value_per_occurrence(CLI::App& app) {
+  for (CLI::Option* o : app.get_options())
+    if (!o->get_positional()) o->allow_extra_args(false);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) one_value_per_occurrence(*sub);
+}
+
 int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool tty) {
   CLI::App app{"driftcheck: differential numerical testing of GPU kernels against an fp64 reference"};
   app.require_subcommand(1);
@@ -282,6 +298,7 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
                               add_merge_command(app, ctx, backend_args),
                               add_report_command(app, ctx)};
   add_backend_options(*commands[7].app, backend_args, true);  // compare: a real kernel is often external
+  one_value_per_occurrence(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -302,9 +319,9 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
   }
   // A worker serves built-ins only: it must not load (or fail on) the backends files its parent names.
   if (worker.app->parsed()) return worker.run();
-  extend_backends(backend_args);
+  const std::vector<std::string> named = extend_backends(backend_args);
   if (list->parsed()) return list_command(out);
-  if (fuzz->parsed()) return fuzz_command(fuzz_args, joined(argc, argv), err, tty);
+  if (fuzz->parsed()) return fuzz_command(fuzz_args, named, joined(argc, argv), err, tty);
   for (const Command& c : commands)
     if (c.app->parsed()) return c.run();
   return replay_command(replay_args, out);

@@ -367,6 +367,9 @@ std::vector<BackendDecl> load_backends_text(std::string_view text, const fs::pat
 
 std::vector<BackendDecl> load_backends_file(const fs::path& file, const Registry& known,
                                             bool require_runner) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec))
+    throw BackendFileError(fmt::format("{}: is a directory, not a backends file", file.string()));
   std::ifstream in(file, std::ios::binary);
   if (!in) throw BackendFileError(fmt::format("{}: cannot be read", file.string()));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
