@@ -308,11 +308,20 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
     std::string what = e.what();
     // CLI11 reports a missing subcommand before an unknown word, so name the word when there is one.
     if (what.empty() || what == "A subcommand is required") {
-      std::string names;
-      for (const auto* sub : app.get_subcommands({}))
-        names += fmt::format("{}{}", names.empty() ? "" : ", ", sub->get_name());
-      what = argc > 1 ? fmt::format("unknown command '{}' (commands: {})", argv[1], names)
-                      : fmt::format("a command is required: {}", names);
+      const auto names = [](CLI::App& a) {
+        std::string s;
+        for (const auto* sub : a.get_subcommands([](CLI::App*) { return true; }))
+          s += fmt::format("{}{}", s.empty() ? "" : ", ", sub->get_name());
+        return s;
+      };
+      // A command that needs one of its own (corpus init|add, baseline update, golden verify|update).
+      CLI::App* command = nullptr;
+      for (auto* sub : app.get_subcommands([](CLI::App*) { return true; }))
+        if (sub->parsed() && !sub->get_subcommands([](CLI::App*) { return true; }).empty()) command = sub;
+      what = command != nullptr
+                 ? fmt::format("{} needs a subcommand: {}", command->get_name(), names(*command))
+             : argc > 1 ? fmt::format("unknown command '{}' (commands: {})", argv[1], names(app))
+                        : fmt::format("a command is required: {}", names(app));
     }
     err << fmt::format("driftcheck: error: {} (driftcheck --help)\n", what);
     return kExitUsage;
