@@ -105,7 +105,9 @@ void expect_load_error(const std::string& path, const std::string& mentions, con
 TEST(Plugin, PluginsThatCannotBeLoadedAreOneLineErrors) {
   expect_load_error("/nonexistent/p.so", "cannot be loaded");
   expect_load_error(test_plugin("no_entry"), "exports no function driftcheck_plugin");
-  expect_load_error(test_plugin("abi_2"), "built for plugin ABI version 2, this driftcheck loads version 1");
+  expect_load_error(test_plugin("abi_9"),
+                    "built for plugin ABI version 9, this driftcheck loads versions 1 to 2");
+  expect_load_error(test_plugin("bad_query"), "query_supports applies to attention plugins only");
   expect_load_error(test_plugin("null_run"), "supports and run must not be NULL");
   expect_load_error(test_plugin("create_fails"), "create failed: cannot open device for config 'x=1'",
                     options("x=1"));
@@ -113,18 +115,73 @@ TEST(Plugin, PluginsThatCannotBeLoadedAreOneLineErrors) {
                     options("planted_bug=nosuch"));
   Numerics wider;
   wider.output_roundings = 3;
-  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "numerics in the backends file disagree",
-                    options("", "", wider));
-  // Fields the C ABI does not carry (a plugin has their defaults): a file that declares them disagrees,
-  // rather than being ignored while the oracle judges the plugin by the plugin's numerics.
+  expect_load_error(
+      DRIFTCHECK_EXAMPLE_PLUGIN,
+      "numerics in the backends file disagree with the ones the plugin declares: output_roundings "
+      "(the file says 3, the plugin 1)",
+      options("", "", wider));
+  // Every numerics term a backends file can declare is in the ABI (version 2's numerics2 carries the
+  // attention terms version 1 lacked): a disagreement on any of them names it.
   const Numerics declared = load_plugin(DRIFTCHECK_EXAMPLE_PLUGIN, options(""))->numerics();
-  Numerics prefill = declared, inputs = declared;
+  Numerics prefill = declared, inputs = declared, mfma = declared, nondet = declared;
   prefill.kv_dequant_rounded_prefill = true;
   inputs.new_kv = NewKv::kInputs;
-  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "numerics in the backends file disagree",
+  mfma.fp8_mfma_decode = true;
+  nondet.deterministic = false;
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN,
+                    "kv_dequant_rounded_prefill (the file says true, the plugin false)",
                     options("", "", prefill));
-  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "numerics in the backends file disagree",
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "new_kv (the file says inputs, the plugin cache)",
                     options("", "", inputs));
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "fp8_mfma_decode (the file says true, the plugin false)",
+                    options("", "", mfma));
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "deterministic (the file says false, the plugin true)",
+                    options("", "", nondet));
+}
+
+// A plugin built against version 1's header (tests/plugins/v1) loads and runs, its version-2 fields taken as
+// their zero defaults (read past its struct, they would be whatever follows it in the library).
+TEST(Plugin, VersionOnePluginsStillLoad) {
+  const auto b = load_plugin(test_plugin("abi_1"));
+  EXPECT_EQ(b->name(), "plugin.test_concat");
+  const Numerics n = b->numerics();
+  EXPECT_FALSE(n.kv_dequant_rounded_prefill || n.fp8_mfma_decode);
+  EXPECT_EQ(n.new_kv, NewKv::kCache);
+  EXPECT_EQ(
+      fuzz::check_case(*b, builders::concat_case(4, 24, 40, DType::kBF16, 3, {3, 2, 5})).evaluation.verdict,
+      fuzz::Verdict::kPass);
+}
+
+// Version 2's declarations: the attention numerics terms, and query shapes the kernel does not run, declined
+// before its supports() is called (whose answer would say it was asked).
+TEST(Plugin, VersionTwoDeclaresNumericsAndQueryShapes) {
+  const auto b = load_plugin(test_plugin("attn_decode"));
+  EXPECT_EQ(b->op(), OpKind::kAttention);
+  const Numerics n = b->numerics();
+  EXPECT_TRUE(n.kv_dequant_rounded_prefill);
+  EXPECT_FALSE(n.fp8_mfma_decode);
+  EXPECT_EQ(n.new_kv, NewKv::kInputs);
+  EXPECT_NE(b->supports_summary().find("decode only; head_dim 32/64; head_dim <= 64"), std::string::npos)
+      << b->supports_summary();
+  const Support prefill = b->supports(builders::attention_case(builders::one_head(DType::kBF16, 3, 20), 1));
+  EXPECT_EQ(
+      prefill.reason,
+      "a prefill/extend sequence (query length > 1; decode_only): plugin.test_attention declares otherwise "
+      "(query_supports)");
+  builders::AttentionSpec wide = builders::one_head(DType::kBF16, 1, 20);
+  wide.params.head_dim = 128;
+  EXPECT_NE(b->supports(builders::attention_case(wide, 1)).reason.find("head_dim 128 (head_dims 32/64)"),
+            std::string::npos);
+  // Within the declaration the plugin is asked.
+  EXPECT_EQ(b->supports(builders::attention_case(builders::one_head(DType::kBF16, 1, 20), 1)).reason,
+            "the plugin's supports() was asked");
+  // A backends file that repeats the plugin's numerics loads; one that differs names the field.
+  Numerics same = n;
+  EXPECT_NO_THROW(load_plugin(test_plugin("attn_decode"), options("", "", same)));
+  Numerics other = n;
+  other.new_kv = NewKv::kCache;
+  expect_load_error(test_plugin("attn_decode"), "new_kv (the file says cache, the plugin inputs)",
+                    options("", "", other));
 }
 
 fuzz::Verdict verdict_of(const std::string& variant, Case c, std::string* detail = nullptr) {
@@ -258,9 +315,9 @@ TEST(Plugin, CommandLineLoadsPlugins) {
   EXPECT_NE(report.find("\"passed\": "), std::string::npos);
   fs::remove_all(out);
   std::string err;
-  EXPECT_EQ(driftcheck("list --plugin " + test_plugin("abi_2"), &err), 2);
-  EXPECT_EQ(err, "driftcheck: bad plugin: plugin " + test_plugin("abi_2") +
-                     ": built for plugin ABI version 2, this driftcheck loads version 1\n");
+  EXPECT_EQ(driftcheck("list --plugin " + test_plugin("abi_9"), &err), 2);
+  EXPECT_EQ(err, "driftcheck: bad plugin: plugin " + test_plugin("abi_9") +
+                     ": built for plugin ABI version 9, this driftcheck loads versions 1 to 2\n");
 }
 
 // A backends file with the example plugin twice (correct and planted), as docs/PLUGIN.md declares them.
