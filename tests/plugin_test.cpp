@@ -209,6 +209,26 @@ TEST(Plugin, MisbehavingPluginsGetVerdicts) {
   EXPECT_EQ(detail, "fp64: not in this test plugin");
 }
 
+// Common mistakes in writing outputs get a hint at the front of the verdict's detail: a kernel that returns
+// without writing (as one that returns its result would), and one that writes float32 values into a bf16
+// storage (a bf16 buffer taken for float*). The verdict is the oracle's as before.
+TEST(Plugin, OutputWritingMistakesAreNamed) {
+  const Case c = builders::concat_case(2, 24, 40, DType::kBF16, 3, {3, 2, 5});
+  std::string detail;
+  const fuzz::Verdict unwritten = verdict_of("unwritten", c.clone(), &detail);
+  EXPECT_TRUE(fuzz::is_failure(unwritten)) << fuzz::verdict_name(unwritten);
+  EXPECT_TRUE(detail.starts_with(
+      "output out was never written (the kernel returned its result instead of writing into out?); "))
+      << detail;
+  const fuzz::Verdict floats = verdict_of("float32_out", c.clone(), &detail);
+  EXPECT_TRUE(fuzz::is_failure(floats)) << fuzz::verdict_name(floats);
+  EXPECT_TRUE(detail.starts_with("out looks like float32 values written into a bf16 view")) << detail;
+  // A correct kernel, and one whose failure is something else (a write past the view), get no hint.
+  EXPECT_EQ(verdict_of("correct", c.clone(), &detail), fuzz::Verdict::kPass);
+  EXPECT_EQ(verdict_of("guard_write", c.clone(), &detail), fuzz::Verdict::kGuardViolation);
+  EXPECT_TRUE(detail.starts_with("write outside every output view")) << detail;
+}
+
 TEST(Plugin, CaseHandsOverWholeStoragesWithAliasingAndRoles) {
   Case c = builders::rmsnorm_case(3, 16, DType::kBF16, {1e-6, WeightMode::kPlain, true}, 5, {2, 1, 4});
   c.tensors["y"] = c.tensor("x");  // in place: y aliases x
