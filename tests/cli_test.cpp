@@ -48,7 +48,8 @@ TEST(Cli, BadUsageIsExitTwoWithOneLine) {
   expect_usage_error("replay --seed 1 --case 2 --op rmsnorm --backend nosuch", "unknown backend");
   expect_usage_error("replay --seed 1 --case 2 --op nosuch --backend x", "unknown op");
   expect_usage_error("corpus", "corpus needs a subcommand: init, add");
-  // A repeatable option takes one value per occurrence: the word after it is a positional, not a second value.
+  // A repeatable option takes one value per occurrence: the word after it is a positional, not a second
+  // value.
   expect_usage_error("list --backends a.toml b.toml", "not expected: b.toml");
 }
 

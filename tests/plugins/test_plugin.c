@@ -3,14 +3,14 @@
  * plugin it cannot load) or a verdict (a plugin that misbehaves on a case). Concat moves bytes, so one kernel
  * serves every dtype and a correct run is bit-exact. ABI_1 is the correct plugin compiled against version 1's
  * header (tests/plugins/v1/driftcheck/plugin.h, a copy of it as released): driftcheck must still load it.
- * ATTN_DECODE is an attention "kernel" that declares ABI version 2's numerics2 and query_supports (decode only,
- * head sizes 32 and 64): its supports() and run() refuse everything, with a reason saying so, so that a case
- * the static declaration declines shows it was never asked. BAD_QUERY declares query_supports on concat. The
- * output variants write a wrong thing into out: UNWRITTEN returns without writing (as a kernel that returns
- * its result would), FLOAT32_OUT writes every element as a float32 at the element's address in float units
- * (a kernel that takes a bf16 buffer for a float* one). SLOW is tests/faults_test.cpp's case that takes minutes
- * (an interrupt must not wait for it): its run call number DC_TEST_PLUGIN_SLOW_CALL sleeps 600 s, and it
- * breaks rows >= 3 so that it has findings to shrink (DC_TEST_PLUGIN_COUNT prints every call's number). */
+ * ATTN_DECODE is an attention "kernel" that declares ABI version 2's numerics2 and query_supports (decode
+ * only, head sizes 32 and 64): its supports() and run() refuse everything, with a reason saying so, so that a
+ * case the static declaration declines shows it was never asked. BAD_QUERY declares query_supports on concat.
+ * The output variants write a wrong thing into out: UNWRITTEN returns without writing (as a kernel that
+ * returns its result would), FLOAT32_OUT writes every element as a float32 at the element's address in float
+ * units (a kernel that takes a bf16 buffer for a float* one). SLOW is tests/faults_test.cpp's case that takes
+ * minutes (an interrupt must not wait for it): its run call number DC_TEST_PLUGIN_SLOW_CALL sleeps 600 s, and
+ * it breaks rows >= 3 so that it has findings to shrink (DC_TEST_PLUGIN_COUNT prints every call's number). */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>

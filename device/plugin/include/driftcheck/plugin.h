@@ -15,9 +15,9 @@
  * error, exit 2). A library holds one kernel of one op (dc_plugin.op); a second op is a second library.
  *
  * Versions: version 2 appended numerics2 and query_supports to dc_plugin; a plugin built against version 1's
- * header (whose dc_plugin ends at run) still loads, with their zero defaults, which mean what version 1 meant. A
- * plugin source written for version 1 compiles against this header unchanged: its positional initialiser leaves
- * the appended fields zero.
+ * header (whose dc_plugin ends at run) still loads, with their zero defaults, which mean what version 1
+ * meant. A plugin source written for version 1 compiles against this header unchanged: its positional
+ * initialiser leaves the appended fields zero.
  *
  * Memory: by default run() receives host pointers. A plugin that sets DC_PLUGIN_DEVICE_MEMORY in flags
  * receives device pointers instead (CUDA on an NVIDIA build of driftcheck, HIP on AMD): driftcheck allocates
@@ -91,7 +91,9 @@ typedef struct dc_storage {
 /* One view into a storage: element (i0, i1, ...) lives at element offset + sum(i_d * strides[d]) of the
  * storage (strides and offset in elements, not bytes; strides >= 0). Several views may share a storage. */
 typedef struct dc_tensor {
-  const char* name; /* the op's tensor names: x, w, residual, y, a, b, out, e, h, w_e, w_h, q, k_cache, ... */
+  const char* name; /* the op's tensor names (docs/PLUGIN.md): x, w, residual, y; a, b, out; e, h, w_e, w_h,
+                       out; q, k_cache, v_cache, block_table, seq_lens, query_start_loc, sinks, k_new, v_new,
+                       o, lse */
   int32_t storage;  /* index into dc_case.storages */
   int32_t dtype;    /* equal to its storage's */
   int32_t ndim;
