@@ -79,7 +79,7 @@ Support StaticSupports::check(const Case& c, std::string_view who) const {
   return Support::yes();
 }
 
-std::string StaticSupports::summary() const {
+std::vector<std::string> StaticSupports::parts() const {
   std::vector<std::string> parts;
   if (!dtypes.empty()) parts.push_back(listed(dtypes, dtype_name));
   if (!kv_dtypes.empty()) parts.push_back("kv " + listed(kv_dtypes, dtype_name));
@@ -93,8 +93,13 @@ std::string StaticSupports::summary() const {
                                                 {softcap, "softcap"},       {sinks, "sinks"}};
   for (const auto& [ok, what] : flags)
     if (!ok) parts.push_back(fmt::format("no {}", what));
-  return parts.empty() ? "every case (statically); the worker may decline more"
-                       : fmt::format("{}", fmt::join(parts, "; "));
+  return parts;
+}
+
+std::string StaticSupports::summary() const {
+  const std::vector<std::string> p = parts();
+  return p.empty() ? "every case (statically); the worker may decline more"
+                   : fmt::format("{}", fmt::join(p, "; "));
 }
 
 namespace {

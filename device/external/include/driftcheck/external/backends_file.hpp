@@ -43,6 +43,7 @@ struct StaticSupports {
   // `who` names the backend and file in the reason ("ext.x (backends.toml:4)").
   Support check(const Case& c, std::string_view who) const;
   std::string summary() const;
+  std::vector<std::string> parts() const;  // one per restriction ("bf16/fp16", "decode only"), empty for none
 };
 
 struct BackendDecl {
