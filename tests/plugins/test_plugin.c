@@ -149,7 +149,8 @@ static const dc_plugin kPlugin = {
     TEST_PLUGIN_VARIANT == ABI_9 ? 9u : DC_PLUGIN_ABI_VERSION,
     sizeof(dc_plugin),
     TEST_PLUGIN_VARIANT == ATTN_DECODE ? "test_attention" : "test_concat",
-    "concat test plugin (tests/plugins/test_plugin.c)",
+    TEST_PLUGIN_VARIANT == ATTN_DECODE ? "attention declaration test plugin (tests/plugins/test_plugin.c)"
+                                       : "concat test plugin (tests/plugins/test_plugin.c)",
     TEST_PLUGIN_VARIANT == ATTN_DECODE ? DC_ATTENTION : DC_CONCAT,
     DC_PLUGIN_THREAD_SAFE,
     {1, 0, 0, 0, 1, 1, 1},
