@@ -18,6 +18,8 @@
 
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
+#include "driftcheck/fuzz/features.hpp"
+#include "driftcheck/fuzz/group_hints.hpp"
 #include "driftcheck/fuzz/journal.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "scratch_dir.hpp"
@@ -217,6 +219,49 @@ TEST(Campaign, TwoPlantedBugsGroupByTheirCauses) {
   std::size_t bundles = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir / "findings")) bundles += e.is_directory();
   EXPECT_LE(bundles, r.report.groups.size() + 2 * classes.size());
+}
+
+// A NaN group whose cause includes a mask and an inf/NaN key or value (or the poison of unused slots) says
+// that a masked key reached P.V; other groups get no such hint.
+TEST(GroupHints, MaskedInfOrNanReachingPVIsNamed) {
+  EXPECT_TRUE(group_hint("nan_mismatch", {"query_len > 1", "inf input"})
+                  .starts_with("a masked key's infinite value reached P.V (P = 0 times inf is NaN)"));
+  EXPECT_TRUE(group_hint("nan_mismatch", {"GQA", "sliding window", "NaN input"})
+                  .starts_with("a masked key's NaN reached the softmax or P.V"));
+  EXPECT_TRUE(group_hint("nan_mismatch", {"seq_len % block_size != 0"})
+                  .starts_with("an unused cache slot's NaN/inf reached P.V"));
+  EXPECT_EQ(group_hint("nan_mismatch", {"inf input"}), "");                       // no mask
+  EXPECT_EQ(group_hint("nan_mismatch", {"GQA", "query_len > 1"}), "");            // no inf/NaN
+  EXPECT_EQ(group_hint("beyond_tolerance", {"query_len > 1", "inf input"}), "");  // not NaN
+  EXPECT_EQ(with_group_hint("nan_mismatch", {"spare pages"}, "o[0, 0, 0]: nan where the reference is 1")
+                .substr(0, 40),
+            "an unused cache slot's NaN/inf reached P");
+  EXPECT_TRUE(
+      with_group_hint("nan_mismatch", {"spare pages"}, "o[0, 0, 0]: nan").ends_with("; o[0, 0, 0]: nan"));
+  // Removing a special value is an edit ablation can test.
+  CaseSpec s;
+  s.special = Special::kInfInput;
+  EXPECT_TRUE(has_all(case_features(s), {"inf input"}));
+  EXPECT_FALSE(has_any(case_features(*without_feature(s, "inf input")), {"inf input", "NaN input"}));
+}
+
+// The planted bug of vllm#30887 (masked P times the garbage V of the last tile): its groups say so.
+TEST(GroupHints, MaskedPTimesVGroupSaysAMaskedKeyReachedPV) {
+  const auto dir = fresh_dir("masked_pv");
+  auto o = options(dir, "mutant.attn.masked_p_times_v", 120);
+  o.ops = {OpKind::kAttention};
+  o.backends = &registry();
+  o.shrink_steps = 100;
+  o.shrink_seconds = 60;
+  const auto r = run_campaign(o);
+  ASSERT_EQ(r.exit_code, 1);
+  bool nan_group = false;
+  for (const auto& g : r.report.groups) {
+    if (g.verdict != "nan_mismatch") continue;
+    nan_group = true;
+    EXPECT_TRUE(g.detail.find("reached P.V") != std::string::npos) << g.id << ": " << g.detail;
+  }
+  EXPECT_TRUE(nan_group);
 }
 
 TEST(Campaign, DrawingCaseKDoesNotDependOnWhatWasDrawnBefore) {

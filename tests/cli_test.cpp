@@ -50,6 +50,31 @@ TEST(Cli, BadUsageIsExitTwoWithOneLine) {
   expect_usage_error("export --out " + (scratch() / "export_new_kv").string() + " --new-kv decode",
                      "--new-kv: decode not in {cache,inputs,both}");
   EXPECT_FALSE(fs::exists(scratch() / "export_new_kv" / "manifest.json"));
+  expect_usage_error("corpus", "corpus needs a subcommand: init, add");
+  // A repeatable option takes one value per occurrence: the word after it is a positional, not a second
+  // value.
+  expect_usage_error("list --backends a.toml b.toml", "not expected: b.toml");
+}
+
+// Static supports for query shapes in a backends file: a bad value is one line naming the file, line and key.
+TEST(Cli, BadQueryShapeSupportsAreExitTwo) {
+  const auto file = scratch() / "shapes.toml";
+  const std::string entry =
+      "format = \"driftcheck.backends\"\nversion = 1\n[[backend]]\nname = \"decode\"\nop = \"attention\"\n"
+      "command = [\"true\"]\nnumerics = \"like:cpu.attn.triton_unified\"\n[backend.supports]\n";
+  for (const auto& [line, mentions] : std::vector<std::pair<std::string, std::string>>{
+           {"decode_only = \"yes\"", ":9: \"decode_only\" must be true or false"},
+           {"max_query_len = -4", ":9: \"max_query_len\" must be an integer >= 1"},
+           {"max_head_dim = 0", ":9: \"max_head_dim\" must be an integer >= 1"},
+           {"decode_onl = true", ":9: unknown key \"decode_onl\" in supports"}}) {
+    std::ofstream(file) << entry << line << "\n";
+    expect_usage_error("list --backends " + file.string(), mentions);
+  }
+  std::ofstream(file) << entry
+                      << "decode_only = true\nmax_query_len = 4\nhead_dims = [64, 128]\nmax_head_dim = 128\n";
+  const Outcome ok = driftcheck("list --backends " + file.string());
+  EXPECT_NE(ok.out.find("decode only; query_len <= 4; head_dim 64/128; head_dim <= 128"), std::string::npos)
+      << ok.out << ok.err;
 }
 
 TEST(Cli, BadBundlesAreExitTwo) {

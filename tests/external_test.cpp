@@ -183,6 +183,14 @@ std::string backend_table(const std::string& extra) {
                      extra);
 }
 
+// An attention backend served by the fault worker around the Triton unified twin; `extra` appended.
+std::string attention_table(const std::string& extra) {
+  return fmt::format(
+      "[[backend]]\nname = \"x\"\nop = \"attention\"\ncommand = [\"{}\"]\n"
+      "numerics = \"like:cpu.attn.triton_unified\"\n{}",
+      FAULT_WORKER_BIN, extra);
+}
+
 TEST(BackendsFile, EveryProblemIsOneLineWithFileAndLine) {
   const FileCase cases[] = {
       {"format = \"driftcheck.backends\"\nversion = [", "test.toml:2:"},
@@ -224,6 +232,17 @@ TEST(BackendsFile, EveryProblemIsOneLineWithFileAndLine) {
       {header() + backend_table("numerics = \"like:cpu.rmsnorm.cuda\"\ntwin = \"cpu.attn.rocm_custom\"\n"),
        "twin \"cpu.attn.rocm_custom\" runs attention, ext.x runs rmsnorm"},
       {header() + "[[backend]]\nname = \"X Y\"\n", "name \"X Y\""},
+      {header() +
+           backend_table("numerics = \"like:cpu.rmsnorm.cuda\"\n[backend.supports]\ndecode_only = true\n"),
+       "supports.decode_only does not apply to op rmsnorm"},
+      {header() + attention_table("[backend.supports]\ndecode_only = 1\n"),
+       "\"decode_only\" must be true or false"},
+      {header() + attention_table("[backend.supports]\nmax_query_len = 0\n"),
+       "\"max_query_len\" must be an integer >= 1"},
+      {header() + attention_table("[backend.supports]\nmax_head_dim = \"128\"\n"),
+       "\"max_head_dim\" must be an integer >= 1"},
+      {header() + attention_table("[backend.supports]\nhead_dims = [64, 256]\nmax_head_dim = 128\n"),
+       "supports.head_dims lists 256, above max_head_dim 128"},
       // toml++ quotes what it stopped at, a line break included (found by fuzz_backends_file).
       {header() + "[[backend]]\nname = \"x\"\ngqa = tru\n", "expected 'true', saw 'tru\\n'"},
   };
@@ -265,6 +284,50 @@ residual = false
   EXPECT_NE(d.supports.check(bf16, "ext.x").reason.find("dtype bf16"), std::string::npos);
   EXPECT_NE(d.supports.check(fp16_residual, "ext.x").reason.find("residual"), std::string::npos);
   EXPECT_TRUE(d.supports.check(fp16, "ext.x").ok);
+}
+
+// Query shapes a kernel does not run (a decode-only kernel, a few head sizes) are declined in driftcheck: the
+// worker, which crashes on every supports request, is never asked about them.
+TEST(BackendsFile, QueryShapeSupportsDeclineWithoutARoundTrip) {
+  const std::string text =
+      header() + fmt::format(
+                     "[[backend]]\nname = \"decode\"\nop = \"attention\"\ncommand = [\"{}\", "
+                     "\"--backend\", \"cpu.attn.triton_unified\", \"--fault\", \"crash\", \"--on\", "
+                     "\"supports\"]\nnumerics = \"like:cpu.attn.triton_unified\"\ntimeout_s = 5\n"
+                     "[backend.supports]\ndecode_only = true\nhead_dims = [32, 64]\nmax_head_dim = 64\n",
+                     FAULT_WORKER_BIN);
+  auto decls = load_backends_text(text, scratch() / "decode.toml", registry());
+  const QueryShapes& q = decls.at(0).supports.query;
+  EXPECT_TRUE(q.decode_only);
+  EXPECT_EQ(q.max_head_dim, 64);
+  const auto b = make_external_backend(std::move(decls.at(0)));
+  EXPECT_NE(b->supports_summary().find("decode only; head_dim 32/64; head_dim <= 64"), std::string::npos)
+      << b->supports_summary();
+  builders::AttentionSpec prefill = builders::one_head(DType::kBF16, 4, 20);
+  Support s = b->supports(builders::attention_case(prefill, 1));
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.reason.find("a prefill/extend sequence (query length > 1; decode_only): ext.decode ("),
+            std::string::npos)
+      << s.reason;
+  builders::AttentionSpec wide = builders::one_head(DType::kBF16, 1, 20);
+  wide.params.head_dim = 128;
+  s = b->supports(builders::attention_case(wide, 1));
+  EXPECT_NE(s.reason.find("head_dim 128 (head_dims 32/64)"), std::string::npos) << s.reason;
+  // A decode case passes the static check and goes to the worker, which crashes on the supports request: the
+  // fault is that case's verdict.
+  const fuzz::Evaluation ev =
+      fuzz::evaluate(*b, fuzz::prepare(builders::attention_case(builders::one_head(DType::kBF16, 1, 20), 1)),
+                     {.metamorphic = false});
+  EXPECT_EQ(ev.verdict, Verdict::kCrash) << ev.detail;
+  // max_query_len: sequences of up to N queries.
+  auto limited = load_backends_text(header() + attention_table("[backend.supports]\nmax_query_len = 4\n"),
+                                    scratch() / "q.toml", registry());
+  EXPECT_TRUE(limited.at(0).supports.check(builders::attention_case(prefill, 1), "ext.x").ok);
+  builders::AttentionSpec longer = builders::one_head(DType::kBF16, 5, 20);
+  EXPECT_NE(limited.at(0)
+                .supports.check(builders::attention_case(longer, 1), "ext.x")
+                .reason.find("a sequence with query length > 4 (max_query_len 4)"),
+            std::string::npos);
 }
 
 TEST(BackendsFile, AttentionNumericsFieldsAreRead) {

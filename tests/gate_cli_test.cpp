@@ -109,6 +109,37 @@ TEST(GateCli, BadInputIsExitTwoWithOneLineNamingTheFile) {
              "not a bundle directory");
 }
 
+// A new gate's corpus: the gate's error offers `driftcheck corpus init DIR`, which creates it empty; the gate
+// then runs on it (a first run fails on its missing baseline alone), and init on it again leaves it as it is.
+TEST(GateCli, MissingCorpusOffersCorpusInit) {
+  const fs::path d = scratch() / "new_corpus";
+  spit(d / "gate.toml", config("corpus = \"ci/corpus\""));
+  const std::string gate =
+      "gate --config " + (d / "gate.toml").string() + " --quiet --out " + (d / "out").string();
+  const std::string dir = (d / "ci/corpus").string();
+  expect_bad(gate, "bad corpus", "no such directory (create one with `driftcheck corpus init " + dir + "`)");
+  fs::create_directories(d / "ci/corpus");
+  expect_bad(
+      gate, "bad corpus",
+      "has no CORPUS.json: not a driftcheck corpus (create one with `driftcheck corpus init " + dir + "`)");
+  Outcome r = driftcheck_plain("corpus init --config " + (d / "gate.toml").string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("created " + dir), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(d / "ci/corpus/CORPUS.json"));
+  r = driftcheck_plain(gate);  // the corpus is read (empty); a first run fails on its missing baseline only
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.out.find("0 corpus cases"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FAILED (1 of"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no baseline at"), std::string::npos) << r.out;
+  r = driftcheck_plain("corpus init " + dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("present " + dir), std::string::npos) << r.out;
+  spit(d / "full/x", "not a corpus");
+  expect_bad("corpus init " + (d / "full").string(), "bad corpus", "not empty and has no CORPUS.json");
+  expect_bad("corpus init " + (d / "full/x").string(), "bad corpus", "not a directory");
+  expect_bad("corpus init", "error", "corpus init needs a DIR or --config FILE");
+}
+
 TEST(GateCli, RatchetEndToEndWithJUnitAndSummaries) {
   const fs::path d = scratch() / "ratchet";
   spit(d / "gate.toml", config());

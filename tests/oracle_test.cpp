@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 
@@ -12,6 +13,7 @@
 
 #include "case_builders.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
+#include "driftcheck/fuzz/output_hints.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 
 namespace driftcheck::fuzz {
@@ -313,6 +315,100 @@ TEST(Oracle, UnwrittenOutputKeepsPoisonAndFails) {
   EXPECT_TRUE(ev.verdict == Verdict::kNanMismatch || ev.verdict == Verdict::kInfMismatch ||
               ev.verdict == Verdict::kBeyondTolerance)
       << verdict_name(ev.verdict);
+}
+
+// The hints for common mistakes in writing outputs (output_hints.hpp) lead the detail; the verdict is
+// unchanged.
+TEST(OutputHints, UnwrittenOutputsAreNamed) {
+  const Evaluation ev = judge(rms_spec(), [](Case&) {});
+  EXPECT_TRUE(ev.detail.starts_with(
+      "output y was never written (the kernel returned its result instead of writing into y?); "))
+      << ev.detail;
+  // An in-place output left as its input: the fused residual not written back (PR #14464's class).
+  CaseSpec residual = rms_spec();
+  std::get<RmsNormParams>(residual.params).residual = true;
+  const Evaluation kept = judge(residual, [](Case& c) {
+    const std::vector<double> r = c.tensor("residual").to_f64();  // the handed-over input, exact
+    write_reference(c);
+    c.tensor("residual").copy_from(r);
+  });
+  EXPECT_TRUE(is_failure(kept.verdict)) << verdict_name(kept.verdict);
+  EXPECT_TRUE(kept.detail.starts_with("output residual was never written")) << kept.detail;
+  // An attention kernel that writes o but not lse.
+  const Evaluation no_lse = judge(attn_spec(), [](Case& c) {
+    const std::vector<double> lse = c.tensor("lse").to_f64();  // poison, as handed over
+    write_reference(c);
+    c.tensor("lse").copy_from(lse);
+  });
+  EXPECT_TRUE(no_lse.detail.starts_with("output lse was never written")) << no_lse.detail;
+  EXPECT_EQ(no_lse.detail.find("output o"), std::string::npos) << no_lse.detail;
+  // Wrong values are not "never written".
+  const Evaluation wrong = judge(rms_spec(), [](Case& c) {
+    write_reference(c);
+    c.tensor("y").set({0, 0}, 7.0);
+  });
+  EXPECT_EQ(wrong.verdict, Verdict::kBeyondTolerance);
+  EXPECT_EQ(wrong.detail.find("never written"), std::string::npos) << wrong.detail;
+}
+
+// A NaN-only view (one lse element, whose poison was NaN and whose kernel wrote NaN) is not "never written":
+// a failing kernel writes NaN itself.
+TEST(OutputHints, NanOnlyViewsAreNotCalledUnwritten) {
+  CaseSpec s = attn_spec();
+  s.query_lens = {1};
+  s.seq_lens = {20};
+  std::get<AttentionParams>(s.params).num_q_heads = 1;
+  const PreparedCase pc = prepare(materialize(s));
+  const Case& handed = pc.input;
+  Case run = handed.clone();
+  write_reference(run);
+  const double poison = handed.tensor("lse").at({0, 0});
+  run.tensor("lse").set({0, 0}, poison);
+  const std::string hint = output_hints(handed, run, pc.reference);
+  EXPECT_EQ(hint.empty(), !std::isfinite(poison)) << hint << " (poison " << poison << ")";
+}
+
+// Float values written where a bf16 output's bits go: as float32 at the element's address in float units (a
+// bf16 buffer taken for float*), or cast to integer codes (NumPy's uint16 holding of bf16).
+TEST(OutputHints, FloatsInABf16ViewAreNamed) {
+  CaseSpec s = rms_spec();
+  s.row_pad = 0;
+  s.rows = 2;
+  s.hidden = 64;
+  s.distribution = Distribution::kOutlierChannels;  // values >= 1 too, so integer codes are not all zero
+  const auto as_float32 = [](Case& c) {
+    const Outputs ref = reference(c);
+    Tensor& y = c.tensor("y");
+    const std::vector<double> v = ref.at("y").to_f64();
+    auto& bytes = y.storage()->bytes;
+    for (std::int64_t i = 0; i < y.numel(); ++i) {
+      const auto at = static_cast<std::size_t>(y.index_of_linear(i)) * 4;
+      const float f = static_cast<float>(v[static_cast<std::size_t>(i)]);
+      if (at + 4 <= bytes.size()) std::memcpy(bytes.data() + at, &f, 4);
+    }
+  };
+  const Evaluation f32 = judge(s, as_float32);
+  EXPECT_TRUE(is_failure(f32.verdict));
+  EXPECT_TRUE(f32.detail.starts_with("y looks like float32 values written into a bf16 view")) << f32.detail;
+  const auto as_integers = [](Case& c) {
+    const Outputs ref = reference(c);
+    Tensor& y = c.tensor("y");
+    const std::vector<double> v = ref.at("y").to_f64();
+    for (std::int64_t i = 0; i < y.numel(); ++i) {
+      const auto code = static_cast<std::int64_t>(std::trunc(v[static_cast<std::size_t>(i)]));
+      y.storage()->store_bits(y.index_of_linear(i),
+                              static_cast<std::uint64_t>(((code % 65536) + 65536) % 65536));
+    }
+  };
+  const Evaluation ints = judge(s, as_integers);
+  EXPECT_TRUE(is_failure(ints.verdict));
+  EXPECT_TRUE(ints.detail.starts_with("y looks like float values cast to integers in the raw bf16 view"))
+      << ints.detail;
+  // Zeros everywhere match truncated values below 1 too: no hint from zeros alone.
+  const Evaluation zeros = judge(rms_spec(), [](Case& c) {
+    c.tensor("y").copy_from(std::vector<double>(static_cast<std::size_t>(c.tensor("y").numel()), 0.0));
+  });
+  EXPECT_EQ(zeros.detail.find("looks like"), std::string::npos) << zeros.detail;
 }
 
 TEST(Oracle, BeyondToleranceNamesOutputIndexValueReferenceTolerance) {

@@ -105,7 +105,9 @@ void expect_load_error(const std::string& path, const std::string& mentions, con
 TEST(Plugin, PluginsThatCannotBeLoadedAreOneLineErrors) {
   expect_load_error("/nonexistent/p.so", "cannot be loaded");
   expect_load_error(test_plugin("no_entry"), "exports no function driftcheck_plugin");
-  expect_load_error(test_plugin("abi_2"), "built for plugin ABI version 2, this driftcheck loads version 1");
+  expect_load_error(test_plugin("abi_9"),
+                    "built for plugin ABI version 9, this driftcheck loads versions 1 to 2");
+  expect_load_error(test_plugin("bad_query"), "query_supports applies to attention plugins only");
   expect_load_error(test_plugin("null_run"), "supports and run must not be NULL");
   expect_load_error(test_plugin("create_fails"), "create failed: cannot open device for config 'x=1'",
                     options("x=1"));
@@ -113,18 +115,73 @@ TEST(Plugin, PluginsThatCannotBeLoadedAreOneLineErrors) {
                     options("planted_bug=nosuch"));
   Numerics wider;
   wider.output_roundings = 3;
-  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "numerics in the backends file disagree",
-                    options("", "", wider));
-  // Fields the C ABI does not carry (a plugin has their defaults): a file that declares them disagrees,
-  // rather than being ignored while the oracle judges the plugin by the plugin's numerics.
+  expect_load_error(
+      DRIFTCHECK_EXAMPLE_PLUGIN,
+      "numerics in the backends file disagree with the ones the plugin declares: output_roundings "
+      "(the file says 3, the plugin 1)",
+      options("", "", wider));
+  // Every numerics term a backends file can declare is in the ABI (version 2's numerics2 carries the
+  // attention terms version 1 lacked): a disagreement on any of them names it.
   const Numerics declared = load_plugin(DRIFTCHECK_EXAMPLE_PLUGIN, options(""))->numerics();
-  Numerics prefill = declared, inputs = declared;
+  Numerics prefill = declared, inputs = declared, mfma = declared, nondet = declared;
   prefill.kv_dequant_rounded_prefill = true;
   inputs.new_kv = NewKv::kInputs;
-  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "numerics in the backends file disagree",
+  mfma.fp8_mfma_decode = true;
+  nondet.deterministic = false;
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN,
+                    "kv_dequant_rounded_prefill (the file says true, the plugin false)",
                     options("", "", prefill));
-  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "numerics in the backends file disagree",
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "new_kv (the file says inputs, the plugin cache)",
                     options("", "", inputs));
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "fp8_mfma_decode (the file says true, the plugin false)",
+                    options("", "", mfma));
+  expect_load_error(DRIFTCHECK_EXAMPLE_PLUGIN, "deterministic (the file says false, the plugin true)",
+                    options("", "", nondet));
+}
+
+// A plugin built against version 1's header (tests/plugins/v1) loads and runs, its version-2 fields taken as
+// their zero defaults (read past its struct, they would be whatever follows it in the library).
+TEST(Plugin, VersionOnePluginsStillLoad) {
+  const auto b = load_plugin(test_plugin("abi_1"));
+  EXPECT_EQ(b->name(), "plugin.test_concat");
+  const Numerics n = b->numerics();
+  EXPECT_FALSE(n.kv_dequant_rounded_prefill || n.fp8_mfma_decode);
+  EXPECT_EQ(n.new_kv, NewKv::kCache);
+  EXPECT_EQ(
+      fuzz::check_case(*b, builders::concat_case(4, 24, 40, DType::kBF16, 3, {3, 2, 5})).evaluation.verdict,
+      fuzz::Verdict::kPass);
+}
+
+// Version 2's declarations: the attention numerics terms, and query shapes the kernel does not run, declined
+// before its supports() is called (whose answer would say it was asked).
+TEST(Plugin, VersionTwoDeclaresNumericsAndQueryShapes) {
+  const auto b = load_plugin(test_plugin("attn_decode"));
+  EXPECT_EQ(b->op(), OpKind::kAttention);
+  const Numerics n = b->numerics();
+  EXPECT_TRUE(n.kv_dequant_rounded_prefill);
+  EXPECT_FALSE(n.fp8_mfma_decode);
+  EXPECT_EQ(n.new_kv, NewKv::kInputs);
+  EXPECT_NE(b->supports_summary().find("decode only; head_dim 32/64; head_dim <= 64"), std::string::npos)
+      << b->supports_summary();
+  const Support prefill = b->supports(builders::attention_case(builders::one_head(DType::kBF16, 3, 20), 1));
+  EXPECT_EQ(
+      prefill.reason,
+      "a prefill/extend sequence (query length > 1; decode_only): plugin.test_attention declares otherwise "
+      "(query_supports)");
+  builders::AttentionSpec wide = builders::one_head(DType::kBF16, 1, 20);
+  wide.params.head_dim = 128;
+  EXPECT_NE(b->supports(builders::attention_case(wide, 1)).reason.find("head_dim 128 (head_dims 32/64)"),
+            std::string::npos);
+  // Within the declaration the plugin is asked.
+  EXPECT_EQ(b->supports(builders::attention_case(builders::one_head(DType::kBF16, 1, 20), 1)).reason,
+            "the plugin's supports() was asked");
+  // A backends file that repeats the plugin's numerics loads; one that differs names the field.
+  Numerics same = n;
+  EXPECT_NO_THROW(load_plugin(test_plugin("attn_decode"), options("", "", same)));
+  Numerics other = n;
+  other.new_kv = NewKv::kCache;
+  expect_load_error(test_plugin("attn_decode"), "new_kv (the file says cache, the plugin inputs)",
+                    options("", "", other));
 }
 
 fuzz::Verdict verdict_of(const std::string& variant, Case c, std::string* detail = nullptr) {
@@ -150,6 +207,26 @@ TEST(Plugin, MisbehavingPluginsGetVerdicts) {
   EXPECT_EQ(verdict_of("correct", builders::concat_case(2, 8, 8, DType::kF64, 3), &detail),
             fuzz::Verdict::kUnsupported);
   EXPECT_EQ(detail, "fp64: not in this test plugin");
+}
+
+// Common mistakes in writing outputs get a hint at the front of the verdict's detail: a kernel that returns
+// without writing (as one that returns its result would), and one that writes float32 values into a bf16
+// storage (a bf16 buffer taken for float*). The verdict is the oracle's as before.
+TEST(Plugin, OutputWritingMistakesAreNamed) {
+  const Case c = builders::concat_case(2, 24, 40, DType::kBF16, 3, {3, 2, 5});
+  std::string detail;
+  const fuzz::Verdict unwritten = verdict_of("unwritten", c.clone(), &detail);
+  EXPECT_TRUE(fuzz::is_failure(unwritten)) << fuzz::verdict_name(unwritten);
+  EXPECT_TRUE(detail.starts_with(
+      "output out was never written (the kernel returned its result instead of writing into out?); "))
+      << detail;
+  const fuzz::Verdict floats = verdict_of("float32_out", c.clone(), &detail);
+  EXPECT_TRUE(fuzz::is_failure(floats)) << fuzz::verdict_name(floats);
+  EXPECT_TRUE(detail.starts_with("out looks like float32 values written into a bf16 view")) << detail;
+  // A correct kernel, and one whose failure is something else (a write past the view), get no hint.
+  EXPECT_EQ(verdict_of("correct", c.clone(), &detail), fuzz::Verdict::kPass);
+  EXPECT_EQ(verdict_of("guard_write", c.clone(), &detail), fuzz::Verdict::kGuardViolation);
+  EXPECT_TRUE(detail.starts_with("write outside every output view")) << detail;
 }
 
 TEST(Plugin, CaseHandsOverWholeStoragesWithAliasingAndRoles) {
@@ -258,9 +335,81 @@ TEST(Plugin, CommandLineLoadsPlugins) {
   EXPECT_NE(report.find("\"passed\": "), std::string::npos);
   fs::remove_all(out);
   std::string err;
-  EXPECT_EQ(driftcheck("list --plugin " + test_plugin("abi_2"), &err), 2);
-  EXPECT_EQ(err, "driftcheck: bad plugin: plugin " + test_plugin("abi_2") +
-                     ": built for plugin ABI version 2, this driftcheck loads version 1\n");
+  EXPECT_EQ(driftcheck("list --plugin " + test_plugin("abi_9"), &err), 2);
+  EXPECT_EQ(err, "driftcheck: bad plugin: plugin " + test_plugin("abi_9") +
+                     ": built for plugin ABI version 9, this driftcheck loads versions 1 to 2\n");
+}
+
+// A backends file with the example plugin twice (correct and planted), as docs/PLUGIN.md declares them.
+fs::path example_pair_file(const std::string& name) {
+  const fs::path dir = fresh_dir(name);
+  fs::create_directories(dir);
+  std::ofstream(dir / "pair.toml") << "format = \"driftcheck.backends\"\nversion = 1\n"
+                                   << "[[backend]]\nname = \"c_norm\"\nop = \"rmsnorm\"\nplugin = \""
+                                   << DRIFTCHECK_EXAMPLE_PLUGIN << "\"\n"
+                                   << "[[backend]]\nname = \"c_norm_planted\"\nop = \"rmsnorm\"\nplugin = \""
+                                   << DRIFTCHECK_EXAMPLE_PLUGIN
+                                   << "\"\nplugin_config = \"planted_bug=stride_ignored\"\n";
+  return dir / "pair.toml";
+}
+
+// The backends of a campaign's report.json, by name.
+std::vector<std::string> report_backends(const fs::path& out) {
+  const std::string report = slurp_text(out / "report.json");
+  std::vector<std::string> names;
+  for (std::size_t at = report.find("\"name\": \""); at != std::string::npos;
+       at = report.find("\"name\": \"", at + 1)) {
+    const std::size_t from = at + 9, to = report.find('"', from);
+    names.push_back(report.substr(from, to - from));
+  }
+  return names;
+}
+
+TEST(Plugin, PluginOrBackendsFileAloneJudgesOnlyTheKernelsItNames) {
+  // Without --backend, the built-in twins would run too (and, in a short run, some run zero cases: exit 1).
+  const fs::path out = fresh_dir("alone");
+  EXPECT_EQ(driftcheck(std::string("fuzz --plugin ") + DRIFTCHECK_EXAMPLE_PLUGIN +
+                       " --cases 40 --shrink-seconds 0 -q --out " + out.string()),
+            0);
+  const auto names = report_backends(out);
+  EXPECT_NE(std::find(names.begin(), names.end(), "plugin.example_rmsnorm"), names.end());
+  for (const auto& n : names) EXPECT_FALSE(n.starts_with("cpu.")) << n << " ran beside the plugin";
+  fs::remove_all(out);
+  const fs::path file = example_pair_file("alone_file");
+  EXPECT_EQ(driftcheck("fuzz --backends " + file.string() + " --cases 60 --shrink-seconds 0 -q --out " +
+                       out.string()),
+            1);  // the planted entry is found
+  const auto file_names = report_backends(out);
+  for (const auto& n : file_names) EXPECT_TRUE(n.starts_with("ext.c_norm")) << n << " is not in the file";
+  EXPECT_NE(std::find(file_names.begin(), file_names.end(), "ext.c_norm_planted"), file_names.end());
+  fs::remove_all(out);
+}
+
+TEST(Plugin, OptionsNeverSwallowTheBundle) {
+  const fs::path file = example_pair_file("replay_file"), out = fresh_dir("replay_campaign");
+  ASSERT_EQ(
+      driftcheck("fuzz --backends " + file.string() +
+                 " --backend ext.c_norm_planted --cases 60 --shrink-seconds 2 -q --out " + out.string()),
+      1);
+  fs::path bundle;
+  for (const auto& e : fs::directory_iterator(out / "findings")) bundle = e.path();
+  ASSERT_FALSE(bundle.empty());
+  std::string err;
+  // The bundle after a repeatable option is the bundle, not a second backends file or plugin.
+  EXPECT_EQ(driftcheck("replay --backends " + file.string() + " " + bundle.string(), &err), 1) << err;
+  EXPECT_EQ(driftcheck(std::string("replay --plugin ") + DRIFTCHECK_EXAMPLE_PLUGIN + " " + bundle.string() +
+                           " --backend plugin.example_rmsnorm",
+                       &err),
+            0)
+      << err;  // the correct kernel passes the planted bug's case
+  EXPECT_EQ(driftcheck(
+                "replay --backends " + file.string() + " --backends " + file.string() + " " + bundle.string(),
+                &err),
+            2);  // the same file twice declares ext.c_norm twice
+  EXPECT_NE(err.find("already registered"), std::string::npos) << err;
+  EXPECT_EQ(driftcheck("replay --backends " + bundle.string(), &err), 2);
+  EXPECT_NE(err.find("is a directory, not a backends file"), std::string::npos) << err;
+  fs::remove_all(out);
 }
 
 }  // namespace

@@ -149,6 +149,8 @@ const dc_plugin kPlugin = {
     available,
     supports,
     run,
+    {0, 0, DC_NEW_KV_CACHE, 0}, /* numerics2: the terms of attention kernels */
+    {0, 0, 0, {0}, 0},          /* query_supports: attention only */
 };
 
 }  // namespace

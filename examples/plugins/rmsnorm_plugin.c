@@ -135,6 +135,8 @@ static const dc_plugin kPlugin = {
     NULL,
     supports,
     run,
+    {0, 0, DC_NEW_KV_CACHE, 0}, /* numerics2: the terms of attention kernels */
+    {0, 0, 0, {0}, 0},          /* query_supports: attention only */
 };
 
 DC_PLUGIN_EXPORT const dc_plugin* driftcheck_plugin(void) {

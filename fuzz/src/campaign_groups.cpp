@@ -15,6 +15,7 @@
 
 #include "campaign_shrink.hpp"
 #include "driftcheck/fuzz/features.hpp"
+#include "driftcheck/fuzz/group_hints.hpp"
 #include "driftcheck/reports/numbers.hpp"
 #include "thread_group.hpp"
 
@@ -336,6 +337,7 @@ std::vector<reports::FindingGroup> report_groups(const std::map<std::string, Fin
     add_member(g, f, cases);
   }
   std::erase_if(groups, [](const auto& g) { return g.members.empty(); });
+  for (auto& g : groups) g.detail = with_group_hint(g.verdict, g.features, g.detail);  // group_hints.hpp
   std::stable_sort(groups.begin(), groups.end(), reports::worse_group);
   return groups;
 }

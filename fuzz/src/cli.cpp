@@ -56,9 +56,12 @@ std::string numerics_summary(const Backend& b) {
   const Numerics n = b.numerics();
   std::string s =
       b.op() == OpKind::kAttention
-          ? fmt::format("p_rounded={} partials_rounded={} kv_dequant_rounded={}{} block_perm_invariant={}",
-                        n.p_rounded, n.partials_rounded, n.kv_dequant_rounded,
-                        n.fp8_mfma_decode ? " fp8_mfma_decode=true" : "", n.block_permutation_invariant)
+          ? fmt::format(
+                "p_rounded={} partials_rounded={} kv_dequant_rounded={}{}{}{} block_perm_invariant={}",
+                n.p_rounded, n.partials_rounded, n.kv_dequant_rounded,
+                n.kv_dequant_rounded_prefill ? " kv_dequant_rounded_prefill=true" : "",
+                n.fp8_mfma_decode ? " fp8_mfma_decode=true" : "",
+                n.new_kv == NewKv::kInputs ? " new_kv=inputs" : "", n.block_permutation_invariant)
           : fmt::format("output_roundings={} reduction=threads {} vec {} warp {}", n.output_roundings,
                         n.reduction.threads, n.reduction.vec, n.reduction.warp);
   return s + fmt::format(" deterministic={} batch_invariant={}", n.deterministic, n.batch_invariant);
@@ -138,10 +141,16 @@ KnownFindings known_findings_option(const std::string& path) {
 
 namespace {
 
-int fuzz_command(const FuzzArgs& a, const std::string& command, std::ostream& err, bool tty) {
+// `named`: the backends the command line's --backends files and --plugin libraries declared. Without
+// --backend they are what the campaign judges, each as if named exactly (one that cannot run here fails the
+// run as a zero-case backend), rather than every built-in backend besides.
+int fuzz_command(const FuzzArgs& a, const std::vector<std::string>& named, const std::string& command,
+                 std::ostream& err, bool tty) {
   CampaignOptions o;
   o.ops = parse_op_list(a.ops);
   o.backend_globs = a.backends, o.include_mutants = a.mutants;
+  if (a.backends.empty() && !a.resume && !named.empty())
+    o.backend_globs = fmt::format("{}", fmt::join(named, ","));
   o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs, o.gen.model = a.model;
   o.shrink_seconds = a.shrink_seconds, o.grace_seconds = a.grace_seconds;
   o.log = a.progress.quiet ? nullptr : &err, o.progress = a.progress.style(tty);
@@ -247,6 +256,16 @@ void add_replay_options(CLI::App& cmd, ReplayArgs& a) {
   cmd.add_option("--model", a.model, "stream replay: the campaign's model profile");
 }
 
+// Every option takes one value per occurrence, so that none swallows the positional arguments after it:
+// CLI11 lets a repeatable option (a vector: --backends FILE, --plugin PATH, --case ID) take every following
+// word, and `replay --backends FILE BUNDLE` read the bundle as a second backends file. Repeat the option
+// instead (`--backends a.toml --backends b.toml`).
+void one_value_per_occurrence(CLI::App& app) {
+  for (CLI::Option* o : app.get_options())
+    if (!o->get_positional()) o->allow_extra_args(false);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) one_value_per_occurrence(*sub);
+}
+
 int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool tty) {
   CLI::App app{"driftcheck: differential numerical testing of GPU kernels against an fp64 reference"};
   app.require_subcommand(1);
@@ -274,6 +293,7 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
                               add_merge_command(app, ctx, backend_args),
                               add_report_command(app, ctx)};
   add_backend_options(*commands[7].app, backend_args, true);  // compare: a real kernel is often external
+  one_value_per_occurrence(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -283,20 +303,29 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
     std::string what = e.what();
     // CLI11 reports a missing subcommand before an unknown word, so name the word when there is one.
     if (what.empty() || what == "A subcommand is required") {
-      std::string names;
-      for (const auto* sub : app.get_subcommands({}))
-        names += fmt::format("{}{}", names.empty() ? "" : ", ", sub->get_name());
-      what = argc > 1 ? fmt::format("unknown command '{}' (commands: {})", argv[1], names)
-                      : fmt::format("a command is required: {}", names);
+      const auto names = [](CLI::App& a) {
+        std::string s;
+        for (const auto* sub : a.get_subcommands([](CLI::App*) { return true; }))
+          s += fmt::format("{}{}", s.empty() ? "" : ", ", sub->get_name());
+        return s;
+      };
+      // A command that needs one of its own (corpus init|add, baseline update, golden verify|update).
+      CLI::App* command = nullptr;
+      for (auto* sub : app.get_subcommands([](CLI::App*) { return true; }))
+        if (sub->parsed() && !sub->get_subcommands([](CLI::App*) { return true; }).empty()) command = sub;
+      what = command != nullptr
+                 ? fmt::format("{} needs a subcommand: {}", command->get_name(), names(*command))
+             : argc > 1 ? fmt::format("unknown command '{}' (commands: {})", argv[1], names(app))
+                        : fmt::format("a command is required: {}", names(app));
     }
     err << fmt::format("driftcheck: error: {} (driftcheck --help)\n", what);
     return kExitUsage;
   }
   // A worker serves built-ins only: it must not load (or fail on) the backends files its parent names.
   if (worker.app->parsed()) return worker.run();
-  extend_backends(backend_args);
+  const std::vector<std::string> named = extend_backends(backend_args);
   if (list->parsed()) return list_command(out);
-  if (fuzz->parsed()) return fuzz_command(fuzz_args, joined(argc, argv), err, tty);
+  if (fuzz->parsed()) return fuzz_command(fuzz_args, named, joined(argc, argv), err, tty);
   for (const Command& c : commands)
     if (c.app->parsed()) return c.run();
   return replay_command(replay_args, out);

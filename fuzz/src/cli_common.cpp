@@ -95,10 +95,15 @@ void add_backend_options(CLI::App& cmd, BackendArgs& a, bool isolate) {
       ->check(at_least(0, true));
 }
 
-void extend_backends(const BackendArgs& a) {
-  external::register_backends_files(extend_registry(), external::backends_files_with_environment(a.files));
-  for (const auto& path : a.plugins) extend_registry().add(load_plugin(path));
-  if (a.isolate.empty()) return;
+std::vector<std::string> extend_backends(const BackendArgs& a) {
+  Registry& reg = extend_registry();
+  external::register_backends_files(reg, external::backends_files_with_environment({}));
+  const std::size_t first = reg.all().size();
+  external::register_backends_files(reg, a.files);
+  for (const auto& path : a.plugins) reg.add(load_plugin(path));
+  std::vector<std::string> named;
+  for (std::size_t i = first; i < reg.all().size(); ++i) named.emplace_back(reg.all()[i]->name());
+  if (a.isolate.empty()) return named;
   // The child `driftcheck worker` registers the same files and plugins, so it can serve a plugin in process.
   std::vector<std::string> worker_args;
   for (const auto& f : a.files)
@@ -113,6 +118,7 @@ void extend_backends(const BackendArgs& a) {
   } catch (const InvalidArgument& e) {
     throw UsageError(e.what());
   }
+  return named;
 }
 
 void add_shard_options(CLI::App& cmd, ShardArgs& a) {

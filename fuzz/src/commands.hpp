@@ -68,8 +68,10 @@ struct BackendArgs {
   double isolate_timeout = 60;
 };
 void add_backend_options(CLI::App& cmd, BackendArgs& a, bool isolate);
-// Start-up, before anything reads the registry. Throws BackendFileError / UsageError.
-void extend_backends(const BackendArgs& a);
+// Start-up, before anything reads the registry. Returns the names of the backends the command line's own
+// --backends files and --plugin libraries declared (not DRIFTCHECK_BACKENDS'), in order: what `fuzz` judges
+// when no --backend is given. Throws BackendFileError / UsageError.
+std::vector<std::string> extend_backends(const BackendArgs& a);
 
 // --shard I/N|auto|auto/N and --device N|auto of `fuzz` (shard.hpp).
 struct ShardArgs {

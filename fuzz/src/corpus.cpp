@@ -41,17 +41,32 @@ void check_marker(const fs::path& corpus) {
     fail(marker, problem);
 }
 
-void create_or_check(const fs::path& corpus) {
-  if (fs::exists(corpus / kMarker)) return check_marker(corpus);
+// True when it created the corpus, false when `corpus` was one already.
+bool create_or_check(const fs::path& corpus) {
+  if (fs::exists(corpus / kMarker)) {
+    check_marker(corpus);
+    return false;
+  }
+  if (fs::exists(corpus) && !fs::is_directory(corpus)) fail(corpus, "not a directory");
   if (fs::exists(corpus) && !fs::is_empty(corpus))
     fail(corpus, fmt::format("not empty and has no {}: not a driftcheck corpus", kMarker));
   fs::create_directories(corpus);
   reports::write_file_atomic(
       corpus / kMarker,
       nlohmann::json{{"format", kCorpusFormatName}, {"format_version", kCorpusFormatVersion}}.dump(2) + "\n");
+  return true;
+}
+
+// What a missing corpus's error offers.
+std::string create_hint(const fs::path& corpus) {
+  return fmt::format("create one with `driftcheck corpus init {}`", corpus.string());
 }
 
 }  // namespace
+
+bool corpus_init(const fs::path& corpus) {
+  return create_or_check(corpus);
+}
 
 std::string corpus_id(const fs::path& bundle) {
   const auto case_json = nlohmann::json::parse(slurp(bundle / "case.json"), nullptr, false);
@@ -95,8 +110,13 @@ CorpusTally add_findings_to_corpus(const reports::Report& campaign, const fs::pa
 }
 
 std::vector<CorpusEntry> load_corpus(const fs::path& corpus) {
+  if (!fs::exists(corpus)) fail(corpus, fmt::format("no such directory ({})", create_hint(corpus)));
   if (!fs::is_directory(corpus)) fail(corpus, "not a directory");
-  if (!fs::exists(corpus / kMarker)) fail(corpus, fmt::format("has no {}: not a driftcheck corpus", kMarker));
+  if (!fs::exists(corpus / kMarker))
+    fail(corpus, fmt::format("has no {}: not a driftcheck corpus ({})", kMarker,
+                             fs::is_empty(corpus) ? create_hint(corpus)
+                                                  : "`driftcheck corpus init DIR` creates one in a new or "
+                                                    "empty directory"));
   check_marker(corpus);
   std::vector<CorpusEntry> out;
   for (const auto& d : fs::directory_iterator(corpus)) {

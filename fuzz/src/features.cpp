@@ -176,6 +176,13 @@ const std::vector<Feature>& features() {
       distribution("near-max values", Distribution::kNearMax),
       distribution("subnormal values", Distribution::kSubnormal),
       distribution("large logits", Distribution::kLargeLogits),
+      // Special values (spec.hpp Special): rows ops one input element, attention one element of a live key
+      // (NaN)
+      // or value (inf).
+      {"NaN input", [](const CaseSpec& s) { return s.special == Special::kNanInput; },
+       [](CaseSpec& s) { s.special = Special::kNone; }},
+      {"inf input", [](const CaseSpec& s) { return s.special == Special::kInfInput; },
+       [](CaseSpec& s) { s.special = Special::kNone; }},
   };
   return table;
 }

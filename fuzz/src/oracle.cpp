@@ -16,6 +16,7 @@
 #include "driftcheck/fuzz/oracle.hpp"
 
 #include "driftcheck/device/device_reference.hpp"
+#include "driftcheck/fuzz/output_hints.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -702,6 +703,10 @@ Evaluation evaluate(const Backend& backend, const PreparedCase& prepared, const 
   if (ev.verdict == Verdict::kPass) ev.verdict = check_specials(pc, numerics, ev.outputs, &ev.detail);
   measure(pc, numerics, ev);
   if (ev.verdict == Verdict::kPass && opts.statistical) check_statistical(pc, numerics, ev);
+  // A common mistake in how the outputs were written (never written, another type) leads the detail.
+  if (is_failure(ev.verdict))
+    if (const std::string hint = output_hints(pc.input, run, pc.reference); !hint.empty())
+      ev.detail = ev.detail.empty() ? hint : hint + "; " + ev.detail;
   if (ev.verdict == Verdict::kPass && opts.metamorphic) check_metamorphic(backend, pc, run, ev);
   return ev;
 }

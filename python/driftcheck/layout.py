@@ -89,6 +89,38 @@ def numpy_views(storages: list, views: list) -> dict:
     return {v.name: numpy_view(storages[v.storage], v) for v in views}
 
 
+class RawView(np.ndarray):
+    """A NumPy view of a bf16 or fp8 tensor, which NumPy holds as raw uint16 / uint8 codes. Assigning float values
+    to it (`case.y[...] = values`), which NumPy would cast to integer codes (0.7 -> 0, 1.6 -> 1), raises a
+    TypeError naming the mistake instead: write case.store(name, values) or dtypes.encode(values, dtype). Integer
+    codes (what encode returns) are written as they are. Everything else is a plain ndarray's behaviour."""
+
+    def __array_finalize__(self, obj):
+        self.dc_name = getattr(obj, "dc_name", None)
+        self.dc_dtype = getattr(obj, "dc_dtype", None)
+
+    def __setitem__(self, key, value):
+        if self.dc_dtype is not None and self.dtype.kind == "u" and np.asarray(value).dtype.kind == "f":
+            held = f"uint{8 * self.dtype.itemsize}"
+            raise TypeError(
+                f"{self.dc_name} is a raw {self.dc_dtype} view (NumPy holds {self.dc_dtype} as {held} bit patterns) "
+                f"and was assigned {np.asarray(value).dtype} values, which NumPy would cast to integer codes: write "
+                f"case.store(\"{self.dc_name}\", values) or dc.dtypes.encode(values, \"{self.dc_dtype}\")")
+        super().__setitem__(key, value)
+
+
+def guard_raw_views(views: dict, dtype_of) -> dict:
+    """The same views, those of dtypes NumPy holds raw (bf16, fp8) as RawView. `dtype_of(name)` is the dtype."""
+    out = {}
+    for name, view in views.items():
+        dtype = dtype_of(name)
+        if dtypes.is_raw_in_numpy(dtype):
+            view = view.view(RawView)
+            view.dc_name, view.dc_dtype = name, dtype
+        out[name] = view
+    return out
+
+
 def torch_storage(host: np.ndarray, spec: StorageSpec, device):
     """The storage as a 1-D torch tensor on `device`: on the CPU the host memory itself (no copy), elsewhere a
     whole copy on the device. fp8 without a native torch type stays raw uint8."""

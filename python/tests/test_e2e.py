@@ -85,6 +85,35 @@ class Campaigns(unittest.TestCase):
         self.expect_caught(["torch_norms.toml"], "ext.torch.dual.native.planted_halves_swapped", 50,
                            ["beyond_tolerance"])
 
+    def test_common_mistakes_are_named(self):
+        """A kernel that returns its result instead of writing it: every group's detail starts with the oracle's
+        hint (docs/ORACLE.md). One that assigns floats to a raw bf16 view: the runner refuses the assignment, an
+        error verdict naming it (docs/PYTHON.md)."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        for mistake, hint in (("returns", "output y was never written (the kernel returned its result instead of "
+                                          "writing into y?)"),
+                              ("raw_floats", "TypeError: y is a raw bf16 view (NumPy holds bf16 as uint16 bit patterns) "
+                                             "and was assigned float32 values")):
+            with tempfile.TemporaryDirectory(prefix="dc-mistake-") as d:
+                backends = os.path.join(d, "mistake.toml")
+                with open(backends, "w") as f:
+                    f.write('format = "driftcheck.backends"\nversion = 1\n[[backend]]\nname = "mistake"\n'
+                            'op = "rmsnorm"\ncommand = ["python3", %s, "--mistake", "%s"]\n'
+                            'env = { PYTHONPATH = %s }\nnumerics = { output_roundings = 1 }\n'
+                            % (json.dumps(os.path.join(here, "mistakes_numpy.py")), mistake,
+                               json.dumps(harness.PACKAGE_ROOT)))
+                out = os.path.join(d, "out")
+                p = subprocess.run([BIN, "fuzz", "--backends", backends, "--cases", "80", "--seed", "3", "--jobs", "2",
+                                    "--out", out, "--shrink-seconds", "5", "-q"],
+                                   env=env(), capture_output=True, text=True, timeout=900)
+                self.assertEqual(p.returncode, 1, p.stderr[-1500:])
+                with open(os.path.join(out, "report.json")) as f:
+                    report = json.load(f)
+                details = [g["detail"] for g in report["groups"]]
+                self.assertTrue(details, report["findings"][:2])
+                for detail in details:
+                    self.assertTrue(detail.startswith(hint), f"{mistake}: {detail}")
+
     def test_gpu_examples_listed_unavailable_with_their_reason(self):
         files = ["sdpa_paged.toml", "triton_dual_rmsnorm_cat.toml", "vllm_ops.toml"]
         argv = [BIN, "list"] + [a for f in files for a in ("--backends", toml(f))]

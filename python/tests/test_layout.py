@@ -61,6 +61,25 @@ class NumpyViews(unittest.TestCase):
         arr = layout.numpy_view(self.hosts[0], ViewSpec("x", 0, (0, 7), (7, 1), 200))
         self.assertEqual(arr.shape, (0, 7))
 
+    def test_raw_views_refuse_floats_and_take_codes(self):
+        """A kernel's bf16 / fp8 views (raw codes in NumPy) raise, naming the mistake, when assigned floats."""
+        dtype_of = {v.name: STORAGES[v.storage].dtype for v in VIEWS}.get
+        guarded = layout.guard_raw_views(self.views, dtype_of)
+        before = self.hosts[0].copy()
+        for value in (np.ones((4, 7), np.float32), 0.5, np.float64(2.0)):
+            with self.assertRaisesRegex(TypeError, r'y is a raw bf16 view \(NumPy holds bf16 as uint16 bit patterns\)'
+                                                   r'.*case.store\("y", values\)'):
+                guarded["y"][...] = value
+        with self.assertRaisesRegex(TypeError, "k_cache is a raw fp8_e4m3fnuz view .* as uint8"):
+            guarded["k_cache"][0, 0] = np.zeros((2, 4))
+        np.testing.assert_array_equal(self.hosts[0], before)  # nothing was written
+        codes = dtypes.encode(np.full(7, 1.5), "bf16")
+        guarded["y"][1] = codes  # integer codes: written as they are, into the storage
+        guarded["y"][2][3] = 0x3F80  # a row of the view is guarded too, and takes an int
+        self.assertEqual(self.hosts[0][3 + 11 + 4], 0x3FC0)
+        self.assertEqual(self.views["x"][2, 3], 0x3F80)
+        np.testing.assert_array_equal(dtypes.decode(guarded["y"][1], "bf16"), np.full(7, 1.5))
+
 
 class Contiguity(unittest.TestCase):
     CASES = [((4, 8), (8, 1)), ((4, 8), (9, 1)), ((4, 8), (1, 4)), ((1, 8), (99, 1)), ((4, 1), (1, 7)),

@@ -158,17 +158,20 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
 bool applies(std::string_view key, OpKind op) {
   const bool attn = op == OpKind::kAttention, norm = op == OpKind::kRmsNorm || op == OpKind::kDualRmsNormCat;
   if (key == "dtypes" || key == "max_tokens") return true;
+  // attention: kv_dtypes, block_sizes, head_dims, max_head_dim, decode_only, max_query_len, gqa, non_causal,
+  // sliding_window, softcap, sinks
   if (key == "max_hidden") return !attn;
   if (key == "weight_modes") return norm;
   if (key == "residual") return op == OpKind::kRmsNorm;
-  return attn;  // kv_dtypes, block_sizes, head_dims, gqa, non_causal, sliding_window, softcap, sinks
+  return attn;
 }
 
 void read_supports(const Reader& r, const toml::node& n, BackendDecl& d) {
   const toml::table& t = r.table(n, "supports");
   r.only(t,
-         {"dtypes", "kv_dtypes", "block_sizes", "head_dims", "max_hidden", "max_tokens", "weight_modes",
-          "residual", "gqa", "non_causal", "sliding_window", "softcap", "sinks"},
+         {"dtypes", "kv_dtypes", "block_sizes", "head_dims", "max_head_dim", "decode_only", "max_query_len",
+          "max_hidden", "max_tokens", "weight_modes", "residual", "gqa", "non_causal", "sliding_window",
+          "softcap", "sinks"},
          "supports");
   StaticSupports& s = d.supports;
   for (auto&& [k, v] : t) {
@@ -180,11 +183,15 @@ void read_supports(const Reader& r, const toml::node& n, BackendDecl& d) {
       for (const auto& e : r.array(v, key)) out.push_back(dtype_of(r, e, key));
       if (out.empty()) r.fail(v, fmt::format("supports.{} is empty: the backend would run nothing", key));
     } else if (key == "block_sizes" || key == "head_dims") {
-      auto& out = key == "block_sizes" ? s.block_sizes : s.head_dims;
+      auto& out = key == "block_sizes" ? s.block_sizes : s.query.head_dims;
       for (const auto& e : r.array(v, key)) out.push_back(r.integer(e, key, 1));
       if (out.empty()) r.fail(v, fmt::format("supports.{} is empty: the backend would run nothing", key));
     } else if (key == "max_hidden" || key == "max_tokens") {
       (key == "max_hidden" ? s.max_hidden : s.max_tokens) = r.integer(v, key, 1);
+    } else if (key == "max_query_len" || key == "max_head_dim") {
+      (key == "max_query_len" ? s.query.max_query_len : s.query.max_head_dim) = r.integer(v, key, 1);
+    } else if (key == "decode_only") {
+      s.query.decode_only = r.boolean(v, key);
     } else if (key == "weight_modes") {
       for (const auto& e : r.array(v, key)) {
         const std::string m = r.string(e, key);
@@ -202,6 +209,12 @@ void read_supports(const Reader& r, const toml::node& n, BackendDecl& d) {
         if (key == name) *field = r.boolean(v, key);
     }
   }
+  if (s.query.max_head_dim)
+    for (const std::int64_t dim : s.query.head_dims)
+      if (dim > *s.query.max_head_dim)
+        r.fail(*t.get("head_dims"), fmt::format("supports.head_dims lists {}, above max_head_dim {}: the "
+                                                "backend would never run it",
+                                                dim, *s.query.max_head_dim));
 }
 
 // --- how it runs
@@ -367,6 +380,9 @@ std::vector<BackendDecl> load_backends_text(std::string_view text, const fs::pat
 
 std::vector<BackendDecl> load_backends_file(const fs::path& file, const Registry& known,
                                             bool require_runner) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec))
+    throw BackendFileError(fmt::format("{}: is a directory, not a backends file", file.string()));
   std::ifstream in(file, std::ios::binary);
   if (!in) throw BackendFileError(fmt::format("{}: cannot be read", file.string()));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -57,7 +57,7 @@ Support StaticSupports::check(const Case& c, std::string_view who) const {
     const DType kv = c.tensor("k_cache").dtype();
     if (outside(kv_dtypes, kv)) return no(fmt::format("kv dtype {}", dtype_name(kv)));
     if (outside(block_sizes, p.block_size)) return no(fmt::format("block_size {}", p.block_size));
-    if (outside(head_dims, p.head_dim)) return no(fmt::format("head_dim {}", p.head_dim));
+    if (const std::string shape = query.outside(c); !shape.empty()) return no(shape);
     if (!gqa && p.num_q_heads != p.num_kv_heads) return no("grouped-query attention");
     if (!non_causal && !p.causal) return no("non-causal attention");
     if (!sliding_window && p.window > 0) return no("sliding window");
@@ -79,12 +79,12 @@ Support StaticSupports::check(const Case& c, std::string_view who) const {
   return Support::yes();
 }
 
-std::string StaticSupports::summary() const {
+std::vector<std::string> StaticSupports::parts() const {
   std::vector<std::string> parts;
   if (!dtypes.empty()) parts.push_back(listed(dtypes, dtype_name));
   if (!kv_dtypes.empty()) parts.push_back("kv " + listed(kv_dtypes, dtype_name));
   if (!block_sizes.empty()) parts.push_back("block_size " + listed(block_sizes, number_text));
-  if (!head_dims.empty()) parts.push_back("head_dim " + listed(head_dims, number_text));
+  for (auto& part : query.summary()) parts.push_back(std::move(part));
   if (!weight_modes.empty()) parts.push_back("weight " + listed(weight_modes, weight_mode_text));
   if (max_hidden) parts.push_back(fmt::format("width <= {}", *max_hidden));
   if (max_tokens) parts.push_back(fmt::format("tokens <= {}", *max_tokens));
@@ -93,8 +93,13 @@ std::string StaticSupports::summary() const {
                                                 {softcap, "softcap"},       {sinks, "sinks"}};
   for (const auto& [ok, what] : flags)
     if (!ok) parts.push_back(fmt::format("no {}", what));
-  return parts.empty() ? "every case (statically); the worker may decline more"
-                       : fmt::format("{}", fmt::join(parts, "; "));
+  return parts;
+}
+
+std::string StaticSupports::summary() const {
+  const std::vector<std::string> p = parts();
+  return p.empty() ? "every case (statically); the worker may decline more"
+                   : fmt::format("{}", fmt::join(p, "; "));
 }
 
 namespace {

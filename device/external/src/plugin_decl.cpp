@@ -17,7 +17,8 @@ std::unique_ptr<Backend> make_plugin_backend(const BackendDecl& d) {
   if (!d.numerics_source.empty()) o.numerics = d.numerics;
   const std::string who = fmt::format("{} ({})", d.name, d.origin());
   o.static_supports = [supports = d.supports, who](const Case& c) { return supports.check(c, who); };
-  o.static_supports_summary = d.supports.summary();
+  o.static_supports_summary =
+      fmt::format("{}", fmt::join(d.supports.parts(), "; "));  // the plugin adds its own
   std::unique_ptr<Backend> b;
   try {
     b = load_plugin(*d.plugin, o);

@@ -3,13 +3,17 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include <fmt/format.h>
 
 #include "driftcheck/device/gpu.hpp"
+#include "driftcheck/device/query_shapes.hpp"
 
 namespace driftcheck {
 namespace {
@@ -59,24 +63,75 @@ struct Message {
   char buf[DC_MESSAGE_SIZE] = {};
 };
 
-Numerics numerics_of(const dc_numerics& n) {
+// The end of version 1's dc_plugin: a version-1 plugin's struct has run and nothing after it.
+constexpr std::size_t kVersion1Size = offsetof(dc_plugin, numerics2);
+
+// The plugin's declaration as this driftcheck reads it: version 2's fields from a version-2 plugin, zero
+// (their version-1 meaning) from a version-1 one, whose struct ends before them.
+struct Declaration {
+  dc_numerics2 numerics2{};
+  dc_query_supports query{};
+};
+
+Declaration declaration_of(const dc_plugin& p) {
+  Declaration d;
+  if (p.abi_version >= 2) d.numerics2 = p.numerics2, d.query = p.query_supports;
+  return d;
+}
+
+Numerics numerics_of(const dc_plugin& p) {
+  const dc_numerics& n = p.numerics;
+  const dc_numerics2 n2 = declaration_of(p).numerics2;
   Numerics out;
   out.output_roundings = n.output_roundings;
   out.p_rounded = n.p_rounded != 0, out.partials_rounded = n.partials_rounded != 0;
-  out.kv_dequant_rounded = n.kv_dequant_rounded != 0, out.deterministic = n.deterministic != 0;
+  out.kv_dequant_rounded = n.kv_dequant_rounded != 0;
+  out.kv_dequant_rounded_prefill = n2.kv_dequant_rounded_prefill != 0;
+  out.fp8_mfma_decode = n2.fp8_mfma_decode != 0;
+  out.new_kv = n2.new_kv == DC_NEW_KV_INPUTS ? NewKv::kInputs : NewKv::kCache;
+  out.deterministic = n.deterministic != 0;
   out.batch_invariant = n.batch_invariant != 0;
   out.block_permutation_invariant = n.block_permutation_invariant != 0;
   return out;
 }
 
-bool same_numerics(const Numerics& a, const Numerics& b) {
-  return a.output_roundings == b.output_roundings && a.p_rounded == b.p_rounded &&
-         a.partials_rounded == b.partials_rounded && a.kv_dequant_rounded == b.kv_dequant_rounded &&
-         a.deterministic == b.deterministic && a.batch_invariant == b.batch_invariant &&
-         a.block_permutation_invariant == b.block_permutation_invariant &&
-         // Not in the C ABI (a plugin always has the defaults): a file declaring them for a plugin disagrees.
-         a.kv_dequant_rounded_prefill == b.kv_dequant_rounded_prefill && a.new_kv == b.new_kv &&
-         a.fp8_mfma_decode == b.fp8_mfma_decode;
+QueryShapes query_shapes_of(const dc_plugin& p) {
+  const dc_query_supports q = declaration_of(p).query;
+  QueryShapes out;
+  out.decode_only = q.decode_only != 0;
+  if (q.max_query_len > 0) out.max_query_len = q.max_query_len;
+  for (const std::int64_t d : q.head_dims)
+    if (d > 0) out.head_dims.push_back(d);
+  if (q.max_head_dim > 0) out.max_head_dim = q.max_head_dim;
+  return out;
+}
+
+std::string new_kv_text(NewKv k) {
+  return k == NewKv::kInputs ? "inputs" : "cache";
+}
+
+// Every numerics term a backends file can declare, in Numerics' order, with the field's name: the first whose
+// values differ, as "FIELD (the file says A, the plugin B)", or empty when they agree. The reduction shape
+// (statistical tier) is neither in the file nor in the ABI.
+std::string numerics_disagreement(const Numerics& file, const Numerics& plugin) {
+  const auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  const std::tuple<const char*, std::string, std::string> fields[] = {
+      {"output_roundings", std::to_string(file.output_roundings), std::to_string(plugin.output_roundings)},
+      {"p_rounded", flag(file.p_rounded), flag(plugin.p_rounded)},
+      {"partials_rounded", flag(file.partials_rounded), flag(plugin.partials_rounded)},
+      {"kv_dequant_rounded", flag(file.kv_dequant_rounded), flag(plugin.kv_dequant_rounded)},
+      {"kv_dequant_rounded_prefill", flag(file.kv_dequant_rounded_prefill),
+       flag(plugin.kv_dequant_rounded_prefill)},
+      {"fp8_mfma_decode", flag(file.fp8_mfma_decode), flag(plugin.fp8_mfma_decode)},
+      {"new_kv", new_kv_text(file.new_kv), new_kv_text(plugin.new_kv)},
+      {"deterministic", flag(file.deterministic), flag(plugin.deterministic)},
+      {"batch_invariant", flag(file.batch_invariant), flag(plugin.batch_invariant)},
+      {"block_permutation_invariant", flag(file.block_permutation_invariant),
+       flag(plugin.block_permutation_invariant)},
+  };
+  for (const auto& [name, a, b] : fields)
+    if (a != b) return fmt::format("{} (the file says {}, the plugin {})", name, a, b);
+  return {};
 }
 
 // The dlopen handle; closed after the instance is destroyed.
@@ -96,6 +151,7 @@ class PluginBackend final : public Backend {
                 std::filesystem::path path)
       : lib_(std::move(lib)), p_(p), instance_(instance), opts_(std::move(o)), path_(std::move(path)) {
     name_ = opts_.name.empty() ? fmt::format("plugin.{}", p_->name) : opts_.name;
+    query_ = query_shapes_of(*p_);
     description_ = opts_.description.empty() && p_->description ? p_->description : opts_.description;
   }
   ~PluginBackend() override {
@@ -116,9 +172,13 @@ class PluginBackend final : public Backend {
     return {BackendDefinition::Kind::kPlugin, std::filesystem::absolute(path_)};
   }
   OpKind op() const override { return static_cast<OpKind>(p_->op); }
-  Numerics numerics() const override { return numerics_of(p_->numerics); }
+  Numerics numerics() const override { return numerics_of(*p_); }
   std::string_view twin() const override { return opts_.twin; }
-  std::string supports_summary() const override { return opts_.static_supports_summary; }
+  std::string supports_summary() const override {
+    std::string s = opts_.static_supports_summary;
+    for (const auto& part : query_.summary()) s += fmt::format("{}{}", s.empty() ? "" : "; ", part);
+    return s;
+  }
 
   bool available(std::string* why) const override {
 #if !DRIFTCHECK_HAVE_GPU
@@ -138,6 +198,8 @@ class PluginBackend final : public Backend {
   Support supports(const Case& c) const override {
     if (opts_.static_supports)
       if (Support s = opts_.static_supports(c); !s.ok) return s;
+    if (const std::string shape = query_.outside(c); !shape.empty())
+      return Support::no(fmt::format("{}: {} declares otherwise (query_supports)", shape, name_));
     const PluginCase abi(c, /*with_data=*/false);
     Message m;
     const auto lock = serialise();
@@ -187,6 +249,7 @@ class PluginBackend final : public Backend {
   PluginOptions opts_;
   std::filesystem::path path_;
   std::string name_, description_;
+  QueryShapes query_;
   mutable std::mutex mu_;
 };
 
@@ -200,12 +263,13 @@ bool valid_name(const char* s) {
 
 // Everything driftcheck reads of the struct, checked before the first call into the plugin.
 void check_plugin(const dc_plugin& p, const std::function<void(std::string)>& fail) {
-  if (p.abi_version != DC_PLUGIN_ABI_VERSION)
-    fail(fmt::format("built for plugin ABI version {}, this driftcheck loads version {}", p.abi_version,
-                     DC_PLUGIN_ABI_VERSION));
-  if (p.struct_size < sizeof(dc_plugin))
-    fail(fmt::format("struct_size {} is smaller than ABI version 1's dc_plugin ({} bytes)", p.struct_size,
-                     sizeof(dc_plugin)));
+  if (p.abi_version < DC_PLUGIN_ABI_OLDEST || p.abi_version > DC_PLUGIN_ABI_VERSION)
+    fail(fmt::format("built for plugin ABI version {}, this driftcheck loads versions {} to {}",
+                     p.abi_version, DC_PLUGIN_ABI_OLDEST, DC_PLUGIN_ABI_VERSION));
+  const std::size_t size = p.abi_version == 1 ? kVersion1Size : sizeof(dc_plugin);
+  if (p.struct_size < size)
+    fail(fmt::format("struct_size {} is smaller than ABI version {}'s dc_plugin ({} bytes)", p.struct_size,
+                     p.abi_version, size));
   if (!valid_name(p.name)) fail("name must be non-empty and use only [a-z0-9_.-]");
   if (p.op < DC_RMSNORM || p.op > DC_ATTENTION) fail(fmt::format("unknown op {}", p.op));
   if ((p.flags & ~(DC_PLUGIN_DEVICE_MEMORY | DC_PLUGIN_THREAD_SAFE)) != 0)
@@ -216,6 +280,32 @@ void check_plugin(const dc_plugin& p, const std::function<void(std::string)>& fa
   for (int32_t b : {n.p_rounded, n.partials_rounded, n.kv_dequant_rounded, n.deterministic, n.batch_invariant,
                     n.block_permutation_invariant})
     if (b != 0 && b != 1) fail("numerics flags must be 0 or 1");
+  const Declaration d = declaration_of(p);
+  const dc_numerics2& n2 = d.numerics2;
+  if ((n2.kv_dequant_rounded_prefill != 0 && n2.kv_dequant_rounded_prefill != 1) ||
+      (n2.fp8_mfma_decode != 0 && n2.fp8_mfma_decode != 1))
+    fail("numerics2 flags must be 0 or 1");
+  if (n2.new_kv != DC_NEW_KV_CACHE && n2.new_kv != DC_NEW_KV_INPUTS)
+    fail(fmt::format("numerics2.new_kv {}: DC_NEW_KV_CACHE (0) or DC_NEW_KV_INPUTS (1)", n2.new_kv));
+  if (n2.reserved != 0) fail("numerics2.reserved must be 0");
+  const dc_query_supports& q = d.query;
+  const bool any =
+      q.decode_only != 0 || q.reserved != 0 || q.max_query_len != 0 || q.max_head_dim != 0 ||
+      std::any_of(std::begin(q.head_dims), std::end(q.head_dims), [](std::int64_t x) { return x != 0; });
+  if (any && p.op != DC_ATTENTION) fail("query_supports applies to attention plugins only: leave it zero");
+  if (q.decode_only != 0 && q.decode_only != 1) fail("query_supports.decode_only must be 0 or 1");
+  if (q.reserved != 0) fail("query_supports.reserved must be 0");
+  if (q.max_query_len < 0) fail("query_supports.max_query_len must be >= 0 (0: any)");
+  if (q.max_head_dim < 0) fail("query_supports.max_head_dim must be >= 0 (0: any)");
+  for (int i = 0; i < DC_MAX_HEAD_DIMS; ++i) {
+    const std::int64_t dim = q.head_dims[i];
+    if (dim < 0) fail(fmt::format("query_supports.head_dims[{}] is {}: head sizes are > 0", i, dim));
+    if (i > 0 && dim != 0 && q.head_dims[i - 1] == 0)
+      fail(fmt::format("query_supports.head_dims[{}] follows a 0: list head sizes first, zeros after", i));
+    if (q.max_head_dim > 0 && dim > q.max_head_dim)
+      fail(fmt::format("query_supports.head_dims[{}] is {}, above max_head_dim {}: never run", i, dim,
+                       q.max_head_dim));
+  }
 }
 
 }  // namespace
@@ -274,8 +364,9 @@ std::unique_ptr<Backend> load_plugin(const std::filesystem::path& path, const Pl
   const dc_plugin* p = entry();
   if (p == nullptr) fail(DC_PLUGIN_ENTRY "() returned NULL");
   check_plugin(*p, fail);
-  if (options.numerics && !same_numerics(*options.numerics, numerics_of(p->numerics)))
-    fail("the numerics in the backends file disagree with the ones the plugin declares");
+  if (options.numerics)
+    if (const std::string field = numerics_disagreement(*options.numerics, numerics_of(*p)); !field.empty())
+      fail("the numerics in the backends file disagree with the ones the plugin declares: " + field);
   void* instance = nullptr;
   if (p->create != nullptr) {
     Message m;

@@ -1,4 +1,4 @@
-/* driftcheck/plugin.h: the C ABI of driftcheck kernel plugins, ABI version 1 (C99 and C++; docs/PLUGIN.md).
+/* driftcheck/plugin.h: the C ABI of driftcheck kernel plugins, ABI version 2 (C99 and C++; docs/PLUGIN.md).
  *
  * A plugin is a shared library that puts a kernel written in C, C++, CUDA or HIP in front of driftcheck
  * without a separate process: driftcheck dlopen()s it, asks it whether it supports each case (metadata only),
@@ -11,8 +11,13 @@
  *     const dc_plugin* driftcheck_plugin(void);
  *
  * returning a pointer to a static dc_plugin that stays valid until the library is unloaded. driftcheck reads
- * abi_version and struct_size first and refuses a plugin built for another ABI version (one-line error, exit
- * 2).
+ * abi_version and struct_size first and refuses a plugin built for an ABI version it does not know (one-line
+ * error, exit 2). A library holds one kernel of one op (dc_plugin.op); a second op is a second library.
+ *
+ * Versions: version 2 appended numerics2 and query_supports to dc_plugin; a plugin built against version 1's
+ * header (whose dc_plugin ends at run) still loads, with their zero defaults, which mean what version 1
+ * meant. A plugin source written for version 1 compiles against this header unchanged: its positional
+ * initialiser leaves the appended fields zero.
  *
  * Memory: by default run() receives host pointers. A plugin that sets DC_PLUGIN_DEVICE_MEMORY in flags
  * receives device pointers instead (CUDA on an NVIDIA build of driftcheck, HIP on AMD): driftcheck allocates
@@ -37,7 +42,9 @@
 extern "C" {
 #endif
 
-#define DC_PLUGIN_ABI_VERSION 1u
+#define DC_PLUGIN_ABI_VERSION 2u
+/* The oldest ABI version this header's driftcheck loads. */
+#define DC_PLUGIN_ABI_OLDEST 1u
 #define DC_PLUGIN_ENTRY "driftcheck_plugin"
 /* Size of the buffers supports() and run() write their one-line reason or error into (NUL included). */
 #define DC_MESSAGE_SIZE 512u
@@ -84,7 +91,9 @@ typedef struct dc_storage {
 /* One view into a storage: element (i0, i1, ...) lives at element offset + sum(i_d * strides[d]) of the
  * storage (strides and offset in elements, not bytes; strides >= 0). Several views may share a storage. */
 typedef struct dc_tensor {
-  const char* name; /* the op's tensor names: x, w, residual, y, a, b, out, e, h, w_e, w_h, q, k_cache, ... */
+  const char* name; /* the op's tensor names (docs/PLUGIN.md): x, w, residual, y; a, b, out; e, h, w_e, w_h,
+                       out; q, k_cache, v_cache, block_table, seq_lens, query_start_loc, sinks, k_new, v_new,
+                       o, lse */
   int32_t storage;  /* index into dc_case.storages */
   int32_t dtype;    /* equal to its storage's */
   int32_t ndim;
@@ -140,12 +149,41 @@ typedef struct dc_numerics {
   int32_t block_permutation_invariant; /* attention: physical KV block placement changes no bit */
 } dc_numerics;
 
+/* dc_numerics2.new_kv: where an attention kernel reads the new tokens' keys and values. */
+#define DC_NEW_KV_CACHE 0  /* from the paged cache (the new tokens' slots are already written) */
+#define DC_NEW_KV_INPUTS 1 /* prefill/extend sequences (query length > 1) from the k_new / v_new inputs */
+
+/* ABI version 2: the numerics terms version 1's dc_numerics lacks, in the order of driftcheck's Numerics
+ * (device/include/driftcheck/device/backend.hpp). They are appended here, not inserted into dc_numerics, so
+ * that version-1 binaries and sources keep their layout and meaning. Zero is version 1's behaviour. */
+typedef struct dc_numerics2 {
+  int32_t kv_dequant_rounded_prefill; /* attention: the dequantised fp8 K/V rounded to the activation dtype in
+                                         the rows of prefill/extend sequences only (query length > 1) */
+  int32_t fp8_mfma_decode; /* attention: decode rows (query length 1) of an fp8 cache run QK and P.V on fp8
+                              MFMAs, q and P converted to the cache's fp8 format first */
+  int32_t new_kv;          /* DC_NEW_KV_CACHE or DC_NEW_KV_INPUTS */
+  int32_t reserved;        /* zero */
+} dc_numerics2;
+
+#define DC_MAX_HEAD_DIMS 8
+
+/* ABI version 2: the attention query shapes the kernel runs, checked by driftcheck before supports() is
+ * called: a case outside them is `unsupported` (the reason names the field) without a call into the plugin.
+ * Zero restricts nothing; every field must be zero for another op. */
+typedef struct dc_query_supports {
+  int32_t decode_only;   /* 1: every sequence has query length 1 (no prefill or extend sequence) */
+  int32_t reserved;      /* zero */
+  int64_t max_query_len; /* the longest query of a sequence it runs; 0: any */
+  int64_t head_dims[DC_MAX_HEAD_DIMS]; /* the head sizes it runs, zeros after the last; all zero: any */
+  int64_t max_head_dim;                /* the largest head size it runs; 0: any */
+} dc_query_supports;
+
 typedef struct dc_plugin {
   uint32_t abi_version;    /* DC_PLUGIN_ABI_VERSION */
   uint32_t struct_size;    /* sizeof(dc_plugin) */
   const char* name;        /* [a-z0-9_.-]+; `--plugin PATH` registers the backend as plugin.<name> */
   const char* description; /* one line: what kernel, from where */
-  int32_t op;              /* dc_op */
+  int32_t op;              /* dc_op: the one op this library's kernel runs */
   uint32_t flags;          /* DC_PLUGIN_DEVICE_MEMORY | DC_PLUGIN_THREAD_SAFE */
   dc_numerics numerics;
   /* An instance for one backend entry; config is the backends file's plugin_config string ("" when absent).
@@ -161,6 +199,9 @@ typedef struct dc_plugin {
   /* Runs the kernel: reads the input views, writes every element of every output view, and nothing else.
    * 0 on success; non-zero with a one-line message in error (an `error` verdict). */
   int (*run)(void* instance, const dc_case* c, char* error, size_t error_size);
+  /* ABI version 2 (read only from a plugin whose abi_version is 2 or more; version 1 has them zero). */
+  dc_numerics2 numerics2;
+  dc_query_supports query_supports;
 } dc_plugin;
 
 typedef const dc_plugin* (*dc_plugin_entry)(void);

@@ -38,6 +38,11 @@ struct CorpusAdd {
 // for a bad bundle, InputError("corpus", ...) for a directory that is not a corpus of this version.
 CorpusAdd corpus_add(const std::filesystem::path& corpus, const std::filesystem::path& bundle);
 
+// `driftcheck corpus init DIR`: an empty corpus (DIR and its CORPUS.json); true when created, false when DIR
+// is a corpus already (left as it is). Throws InputError("corpus", ...) for a file, a non-empty directory
+// that is not a corpus, or a corpus of another version.
+bool corpus_init(const std::filesystem::path& corpus);
+
 // `driftcheck fuzz --corpus DIR`: adds the representative (shrunk) bundle of every finding group of a
 // campaign written to `out_dir`.
 struct CorpusTally {
@@ -46,8 +51,9 @@ struct CorpusTally {
 CorpusTally add_findings_to_corpus(const reports::Report& campaign, const std::filesystem::path& out_dir,
                                    const std::filesystem::path& corpus);
 
-// Every entry, sorted by id. Throws InputError("corpus", "DIR/...: problem") for a missing marker, another
-// format version, an entry whose content does not match its id, or an unreadable bundle.
+// Every entry, sorted by id. Throws InputError("corpus", "DIR/...: problem") for a missing directory or
+// marker (the message offers `driftcheck corpus init DIR`), another format version, an entry whose content
+// does not match its id, or an unreadable bundle.
 std::vector<CorpusEntry> load_corpus(const std::filesystem::path& corpus);
 
 // The content address of a bundle directory.

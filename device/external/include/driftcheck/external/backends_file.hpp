@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "driftcheck/device/backend.hpp"
+#include "driftcheck/device/query_shapes.hpp"
 #include "driftcheck/external/worker.hpp"
 
 namespace driftcheck::external {
@@ -33,7 +34,8 @@ class BadBackend : public std::runtime_error {
 // Supports checked in driftcheck, before any round trip. Unset lists and limits restrict nothing.
 struct StaticSupports {
   std::vector<DType> dtypes, kv_dtypes;
-  std::vector<std::int64_t> block_sizes, head_dims;
+  std::vector<std::int64_t> block_sizes;
+  QueryShapes query;  // attention: decode_only, max_query_len, head_dims, max_head_dim
   std::vector<WeightMode> weight_modes;
   std::optional<std::int64_t> max_hidden, max_tokens;
   bool residual = true, gqa = true, non_causal = true, sliding_window = true, softcap = true, sinks = true;
@@ -41,6 +43,7 @@ struct StaticSupports {
   // `who` names the backend and file in the reason ("ext.x (backends.toml:4)").
   Support check(const Case& c, std::string_view who) const;
   std::string summary() const;
+  std::vector<std::string> parts() const;  // one per restriction ("bf16/fp16", "decode only"), empty for none
 };
 
 struct BackendDecl {
