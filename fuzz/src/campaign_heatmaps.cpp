@@ -89,6 +89,16 @@ std::vector<reports::Heatmap> worst_case_heatmaps(const CampaignOptions& opts, c
     std::string why;
     const auto it = stats.backends.find(std::string(b->name()));
     if (!b->available(&why) || it == stats.backends.end() || it->second.run == 0) continue;
+    // A quarantined backend is not run again (docs/CAMPAIGN.md "Worker faults"); a worker that hangs on the
+    // worst case costs --grace-seconds at most, not its whole timeout (an ordinary case takes milliseconds).
+    if (!it->second.quarantined.empty()) continue;
+    // Nothing off the reference anywhere, and worker faults: the "worst" case may be one the worker crashed
+    // or hung on, and its grid would be zeros anyway.
+    const auto& failures = it->second.failures;
+    if (it->second.worst_ratio == 0 && (failures.count("crash") > 0 || failures.count("timeout") > 0))
+      continue;
+    const CallPolicyScope bounded(
+        CallPolicy{.wait_for_restart = true, .deadline = after(opts.grace_seconds)});
     try {
       if (auto h = heatmap(*b, opts, it->second.worst_case)) out.push_back(std::move(*h));
     } catch (const std::exception&) {
