@@ -45,23 +45,29 @@ struct WorkerSpec {
   double timeout_s = 5;
   std::string channel = "fds";
   std::string name = "under_test";
+  long case_every = 0;  // fault_worker --case-every / --from-case: by case index, not by request count
+  long from_case = 0;
 };
 
 std::string toml_for(const WorkerSpec& w) {
-  return fmt::format(R"(format = "driftcheck.backends"
+  return fmt::format(
+      R"(format = "driftcheck.backends"
 version = 1
 
 [[backend]]
 name = "{}"
 op = "{}"
-command = ["{}", "--backend", "{}", "--fault", "{}", "--on", "{}", "--every", "{}"]
+command = ["{}", "--backend", "{}", "--fault", "{}", "--on", "{}", "--every", "{}"{}]
 timeout_s = {}
 startup_timeout_s = {}
 channel = "{}"
 numerics = "like:{}"
 )",
-                     w.name, op_name(registry().find(w.backend)->op()), FAULT_WORKER_BIN, w.backend, w.fault,
-                     w.on, w.every, w.timeout_s, std::max(w.timeout_s, 2.0), w.channel, w.backend);
+      w.name, op_name(registry().find(w.backend)->op()), FAULT_WORKER_BIN, w.backend, w.fault, w.on, w.every,
+      w.case_every > 0 || w.from_case > 0 ? fmt::format(R"(, "--case-every", "{}", "--from-case", "{}")",
+                                                        std::max(1L, w.case_every), w.from_case)
+                                          : "",
+      w.timeout_s, std::max(w.timeout_s, 2.0), w.channel, w.backend);
 }
 
 std::unique_ptr<Backend> worker_backend(const WorkerSpec& w) {
@@ -511,18 +517,26 @@ class Alias final : public Backend {
   const Backend& b_;
 };
 
+struct CampaignArgs {
+  int jobs = 2;
+  int quarantine_faults = fuzz::kDefaultQuarantineFaults;
+  bool resume = false;
+};
+
 fuzz::CampaignResult campaign(const Registry& r, const std::string& globs, std::uint64_t cases,
-                              const std::string& dir) {
+                              const std::string& dir, const CampaignArgs& a = {}) {
   fuzz::CampaignOptions o;
   o.backends = &r;
   o.backend_globs = globs;
   o.include_mutants = true;
   o.cases = cases;
   o.seed = 11;
-  o.jobs = 2;
+  o.jobs = a.jobs;
   o.shrink_seconds = 0;
+  o.quarantine_faults = a.quarantine_faults;
   o.out_dir = scratch() / dir;
-  fs::remove_all(o.out_dir);
+  o.resume = a.resume;
+  if (!a.resume) fs::remove_all(o.out_dir);
   return fuzz::run_campaign(o);
 }
 
@@ -577,7 +591,9 @@ TEST(WorkerCampaign, WorkersWrappingBuiltInsGiveBitIdenticalVerdicts) {
 
 // A correct worker, a worker that crashes on every 7th run, one that hangs on every 11th and one that answers
 // out of order on every 13th, next to the built-in: the campaign completes, every fault is a finding of its
-// backend, the correct worker and the built-in agree, and nothing else is lost.
+// backend, the correct worker and the built-in agree, and nothing else is lost: each case of a faulty backend
+// was judged or skipped while its worker restarted (a restart per fault, in the background), and the report
+// says how many. (No quarantine here: with their metamorphic re-runs, these workers fault on most cases.)
 TEST(WorkerCampaign, FaultyWorkersCostVerdictsNotTheCampaign) {
   Registry r;
   r.add(std::make_unique<Alias>("cpu.rmsnorm.native"));
@@ -585,7 +601,7 @@ TEST(WorkerCampaign, FaultyWorkersCostVerdictsNotTheCampaign) {
   r.add(worker_backend({.fault = "crash", .every = 7, .name = "crashes"}));
   r.add(worker_backend({.fault = "hang", .every = 11, .timeout_s = 0.3, .name = "hangs"}));
   r.add(worker_backend({.fault = "out_of_order", .every = 13, .name = "disorderly"}));
-  const auto result = campaign(r, "", 120, "faulty");
+  const auto result = campaign(r, "", 120, "faulty", {.quarantine_faults = 0});
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(result.report.cases, 120);
   const auto& builtin = report_of(result.report, "cpu.rmsnorm.native");
@@ -594,16 +610,114 @@ TEST(WorkerCampaign, FaultyWorkersCostVerdictsNotTheCampaign) {
   EXPECT_EQ(builtin.passed, builtin.cases_run);
   EXPECT_EQ(correct.passed, builtin.passed);
   EXPECT_TRUE(correct.failures_by_verdict.empty());
+  EXPECT_EQ(correct.worker_restarts, 0);
+  EXPECT_EQ(correct.skipped_restarting, 0);
   const std::pair<std::string, std::string> faulty[] = {
       {"ext.crashes", "crash"}, {"ext.hangs", "timeout"}, {"ext.disorderly", "error"}};
   for (const auto& [name, verdict] : faulty) {
     const auto& b = report_of(result.report, name);
-    EXPECT_EQ(b.cases_run, builtin.cases_run) << name;
+    // A case skipped while the worker restarted was not asked whether it is supported.
+    EXPECT_EQ(b.cases_run + b.unsupported + b.skipped_restarting, builtin.cases_run + builtin.unsupported)
+        << name;
     EXPECT_EQ(b.failures_by_verdict.size(), 1u) << name;
-    EXPECT_GT(b.failures_by_verdict.count(verdict), 0u) << name;
+    ASSERT_GT(b.failures_by_verdict.count(verdict), 0u) << name;
     EXPECT_GT(b.passed, 0) << name;
-    EXPECT_EQ(b.passed + b.failures_by_verdict.at(verdict), builtin.cases_run) << name;
+    EXPECT_EQ(b.passed + b.failures_by_verdict.at(verdict), b.cases_run) << name;
+    // Each fault killed its worker, and each was replaced once (fault_worker starts in milliseconds).
+    EXPECT_EQ(b.worker_restarts, b.failures_by_verdict.at(verdict)) << name;
+    EXPECT_GT(b.restart_seconds, 0) << name;
+    EXPECT_TRUE(b.quarantined.empty()) << name;
+    EXPECT_EQ(b.skipped_quarantined, 0) << name;
   }
+}
+
+bool has_error(const reports::Report& r, const std::string& piece) {
+  return std::any_of(r.errors.begin(), r.errors.end(),
+                     [&](const std::string& e) { return e.find(piece) != std::string::npos; });
+}
+
+// The quarantine rule (docs/CAMPAIGN.md "Worker faults"): at least 5 crashes or timeouts that are at least 1
+// in 10 of the backend's judged cases. A worker that crashes on every 3rd case (by case index, in whichever
+// worker process gets it) is quarantined at its 5th crash; one that crashes on every 25th case reaches 5
+// crashes too, but they stay 4% of its cases, and it runs to the end. The quarantined backend's findings are
+// kept and the campaign's errors (and its row) say why it stopped; the correct worker next to them judges
+// every case.
+TEST(Quarantine, ABackendThatKeepsCrashingIsQuarantinedOneThatRarelyDoesIsNot) {
+  Registry r;
+  r.add(worker_backend({.name = "correct"}));
+  r.add(worker_backend({.fault = "crash", .name = "often", .case_every = 3}));
+  r.add(worker_backend({.fault = "crash", .name = "rarely", .case_every = 25}));
+  const auto result = campaign(r, "", 300, "quarantine");
+  EXPECT_EQ(result.exit_code, 1);
+  const auto& correct = report_of(result.report, "ext.correct");
+  const auto& often = report_of(result.report, "ext.often");
+  const auto& rarely = report_of(result.report, "ext.rarely");
+  EXPECT_EQ(correct.cases_run + correct.unsupported, 300);
+  EXPECT_TRUE(correct.quarantined.empty());
+
+  EXPECT_NE(often.quarantined.find("quarantined after 5 worker faults (5 crash) in "), std::string::npos)
+      << often.quarantined;
+  // A case in flight on the other job when it was quarantined counts too.
+  EXPECT_GE(often.failures_by_verdict.at("crash"), 5);
+  EXPECT_LE(often.failures_by_verdict.at("crash"), 6);
+  EXPECT_LE(often.cases_run, 25);
+  EXPECT_GT(often.skipped_quarantined, 250);
+  EXPECT_EQ(often.cases_run + often.unsupported + often.skipped_restarting + often.skipped_quarantined, 300);
+  EXPECT_NE(often.error.find("backend ext.often quarantined after 5 worker faults"), std::string::npos)
+      << often.error;
+  EXPECT_TRUE(has_error(result.report, "backend ext.often quarantined"));
+  EXPECT_GT(often.distinct_findings, 0);
+  EXPECT_TRUE(std::any_of(result.report.findings.begin(), result.report.findings.end(),
+                          [](const auto& f) { return f.backend == "ext.often" && f.verdict == "crash"; }));
+
+  EXPECT_TRUE(rarely.quarantined.empty()) << rarely.quarantined;
+  EXPECT_GE(rarely.failures_by_verdict.at("crash"), 5);
+  EXPECT_EQ(rarely.skipped_quarantined, 0);
+  EXPECT_EQ(rarely.cases_run + rarely.unsupported + rarely.skipped_restarting, 300);
+  EXPECT_TRUE(rarely.error.empty()) << rarely.error;
+  EXPECT_FALSE(has_error(result.report, "ext.rarely"));
+
+  // --quarantine-after 0: never.
+  const auto never = campaign(r, "ext.often", 60, "quarantine_never", {.quarantine_faults = 0});
+  const auto& o = report_of(never.report, "ext.often");
+  EXPECT_TRUE(o.quarantined.empty());
+  EXPECT_EQ(o.cases_run + o.unsupported + o.skipped_restarting, 60);
+  EXPECT_GE(o.failures_by_verdict.at("crash"), 10);
+}
+
+// The other half of the rule: a backend that ran well for a long time and then faults on every case (a GPU
+// gone bad) is quarantined after 5 faults in a row, though they are a small share of its cases.
+TEST(Quarantine, FiveFaultsInARowQuarantineABackendThatRanWellBefore) {
+  Registry r;
+  r.add(worker_backend({.fault = "crash", .name = "goes_bad", .from_case = 60}));
+  const auto result = campaign(r, "", 200, "in_a_row", {.jobs = 1});
+  const auto& b = report_of(result.report, "ext.goes_bad");
+  EXPECT_NE(b.quarantined.find("the last 5 in a row (at case 64)"), std::string::npos) << b.quarantined;
+  EXPECT_EQ(b.failures_by_verdict.at("crash"), 5);
+  EXPECT_GT(b.passed, 40);  // so 5 faults are under 1 in 10 of its cases
+  EXPECT_EQ(b.cases_run + b.unsupported + b.skipped_restarting + b.skipped_quarantined, 200);
+}
+
+// A quarantine is journaled with the case that decided it: a resumed campaign does not run the backend again,
+// and its restarts and skipped cases carry over.
+TEST(Quarantine, SurvivesResume) {
+  Registry r;
+  r.add(worker_backend({.name = "correct"}));
+  r.add(worker_backend({.fault = "crash", .name = "often", .case_every = 2}));
+  const auto first = campaign(r, "", 80, "quarantine_resume");
+  const auto& before = report_of(first.report, "ext.often");
+  ASSERT_FALSE(before.quarantined.empty());
+  const auto second = campaign(r, "", 160, "quarantine_resume", {.resume = true});
+  const auto& after = report_of(second.report, "ext.often");
+  EXPECT_EQ(after.quarantined, before.quarantined);
+  EXPECT_EQ(after.cases_run, before.cases_run);
+  EXPECT_EQ(after.failures_by_verdict, before.failures_by_verdict);
+  EXPECT_EQ(after.worker_restarts, before.worker_restarts);
+  EXPECT_EQ(after.skipped_restarting, before.skipped_restarting);
+  EXPECT_EQ(after.skipped_quarantined, before.skipped_quarantined + 80);
+  const auto& correct = report_of(second.report, "ext.correct");
+  EXPECT_EQ(correct.cases_run + correct.unsupported, 160);
+  EXPECT_TRUE(has_error(second.report, "backend ext.often quarantined"));
 }
 
 // --isolate: the built-in's name, numerics and verdicts, run by `driftcheck worker` children.

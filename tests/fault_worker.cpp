@@ -1,7 +1,10 @@
 // A worker for the protocol tests: serves a built-in backend like `driftcheck worker`, and misbehaves on
 // command, so every fault of docs/PROTOCOL.md section 5 can be produced on purpose:
 //   fault_worker --backend NAME [--fault MODE] [--on hello|supports|run] [--every K]
-// misbehaves at every K-th request of the chosen kind (default: every run request). Modes:
+//                [--case-every K] [--from-case N]
+// misbehaves at every K-th request of the chosen kind (default: every run request), or, with --case-every or
+// --from-case, at the requests of the chosen kind for the cases whose index is a multiple of K and at least N
+// (the same cases in every worker process, so a campaign's fault rate per case is known). Modes:
 //   none, crash (abort), segv, exit (status 7), hang, garbage (text on the reply channel), stdout (prints to
 //   stdout, then replies correctly), wrong_count, wrong_size, wrong_version, out_of_order, extra_reply,
 //   error, fatal (an error reply flagged fatal), decline (an error reply flagged unsupported), guard (flips
@@ -31,6 +34,8 @@ struct Options {
   std::string fault = "none";
   std::string on = "run";
   int every = 1;
+  long case_every = 0;  // 0: by the request counter
+  long from_case = 0;
 };
 
 Options parse(int argc, char** argv) {
@@ -41,6 +46,8 @@ Options parse(int argc, char** argv) {
     if (flag == "--fault") o.fault = value;
     if (flag == "--on") o.on = value;
     if (flag == "--every") o.every = std::max(1, std::atoi(value.c_str()));
+    if (flag == "--case-every") o.case_every = std::max(1L, std::atol(value.c_str()));
+    if (flag == "--from-case") o.from_case = std::max(0L, std::atol(value.c_str()));
   }
   return o;
 }
@@ -131,7 +138,13 @@ int main(int argc, char** argv) {
   int seen = 0;
   while (auto f = server.next()) {
     if (f->type == MessageType::kShutdown) return 0;
-    const bool chosen = message_name(f->type) == o.on && ++seen % o.every == 0;
+    bool chosen = message_name(f->type) == o.on;
+    if (chosen && (o.case_every > 0 || o.from_case > 0)) {
+      const long index = f->payload.at("case").at("index").get<long>();
+      chosen = index >= o.from_case && (o.case_every == 0 || index % o.case_every == 0);
+    } else if (chosen) {
+      chosen = ++seen % o.every == 0;
+    }
     nlohmann::json reply;
     // A kernel error (a twin's modelled CUDA fault) is an error reply, as serve.cpp answers it.
     try {

@@ -2,7 +2,9 @@
 // when the test may mount one, and the DRIFTCHECK_FAULT_ENOSPC_AFTER seam at many points), kill -9 at random
 // points followed by --resume and compared with an uninterrupted run, Ctrl-C/SIGTERM in every phase that
 // takes time, worker threads that cannot be created (the DRIFTCHECK_FAULT_THREADS seam and a real
-// address-space limit), and a closed stderr. Every test runs the real binary in a child process.
+// address-space limit), a closed stderr, and external workers that crash or hang (tests/fault_worker.cpp:
+// what a fault costs, how its findings are grouped, what the reports say). Every test runs the real binary
+// in a child process.
 #include <gtest/gtest.h>
 
 #include <sys/mount.h>
@@ -19,6 +21,7 @@
 
 #include "campaign_files.hpp"
 #include "driftcheck/reports/file_io.hpp"
+#include "driftcheck/reports/report.hpp"
 #include "driftcheck_process.hpp"
 
 namespace driftcheck::testing {
@@ -467,6 +470,134 @@ TEST(Threads, AThousandJobsUnderAnAddressSpaceLimitDoNotAbort) {
   EXPECT_EQ(r.signal, 0) << r.err;
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_EQ(error_lines(r, "worker threads (Resource temporarily unavailable)"), 1u) << r.err;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Workers that crash or hang (docs/CAMPAIGN.md "Worker faults")
+
+// A backends file with one fault_worker backend, ext.NAME, serving cpu.rmsnorm.native and misbehaving on
+// every case whose index is a multiple of `case_every` (in whichever worker process gets it).
+fs::path fault_backends(const std::string& name, const std::string& fault, int case_every, double timeout_s) {
+  const auto file = scratch() / (name + ".toml");
+  std::ofstream(file) << "format = \"driftcheck.backends\"\nversion = 1\n\n[[backend]]\nname = \"" << name
+                      << "\"\nop = \"rmsnorm\"\ncommand = [\"" << FAULT_WORKER_BIN
+                      << "\", \"--backend\", \"cpu.rmsnorm.native\", \"--fault\", \"" << fault
+                      << "\", \"--case-every\", \"" << case_every << "\"]\ntimeout_s = " << timeout_s
+                      << "\nnumerics = \"like:cpu.rmsnorm.native\"\n";
+  return file;
+}
+
+// A case that hangs is not waited for beyond the grouping phase's budget. The campaign finds its timeouts
+// with a 1 s timeout; the worker is then declared with a 120 s one and the campaign resumed for its grouping
+// phase alone (3 s): the timeout's case, run once more to see whether it reproduces, is cut where the budget
+// ends. Before, that re-run waited the whole timeout (and the heatmap of the backend's worst case another).
+TEST(WorkerFaults, AHangingCaseDoesNotHoldTheGroupingPhaseBeyondItsBudget) {
+  const auto dir = fresh("hanging_grouping");
+  const auto file = fault_backends("hangs", "hang", 1, 1);
+  const Outcome found =
+      run({"fuzz", "--backends", file.string(), "--backend", "ext.hangs", "--cases", "4", "--jobs", "2",
+           "--shrink-seconds", "0", "--quarantine-after", "0", "--out", dir.string()});
+  ASSERT_EQ(found.code, 1) << found.err;
+  ASSERT_GT(report_of(dir).at("findings").size(), 0u);
+  fault_backends("hangs", "hang", 1, 120);
+  const Outcome grouped = run({"fuzz", "--resume", "--backends", file.string(), "--cases", "4", "--jobs", "2",
+                               "--shrink-seconds", "3", "--out", dir.string()});
+  EXPECT_EQ(grouped.code, 1) << grouped.err;
+  // 3 s of grouping and the start-ups, with a margin for a loaded machine: far from the 120 s timeout.
+  EXPECT_LT(grouped.seconds, 3 + 20) << grouped.err;
+  const auto report = report_of(dir);
+  ASSERT_EQ(report.at("groups").size(), 1u) << report.at("groups").dump();
+  const auto& g = report.at("groups").at(0);
+  EXPECT_EQ(g.at("verdict"), "timeout");
+  // Labelled by the fault, not by the features of its case; not run again to the end.
+  EXPECT_TRUE(g.at("features").empty()) << g.dump();
+  EXPECT_EQ(g.at("fault"), "no reply to run request within 1 s (worker killed)");
+  EXPECT_TRUE(g.at("fault_reproduced").is_null());
+  EXPECT_EQ(g.at("members").size(), report.at("findings").size());
+}
+
+// A worker that crashes on every 4th case: every crash is a finding, all of them one group labelled by the
+// fault (re-run alone, the fault comes back), the backend's restarts are in report.json and report.md, and
+// an older report.json without those fields still loads.
+TEST(WorkerFaults, CrashesAreGroupedByTheFaultAndTheirRestartsReported) {
+  const auto dir = fresh("crash_groups");
+  const auto file = fault_backends("crashes", "crash", 4, 30);
+  const Outcome r =
+      run({"fuzz", "--backends", file.string(), "--backend", "ext.crashes", "--cases", "40", "--jobs", "1",
+           "--shrink-seconds", "30", "--quarantine-after", "0", "--out", dir.string()});
+  ASSERT_EQ(r.code, 1) << r.err;
+  auto report = report_of(dir);
+  const auto& b = report.at("backends").at(0);
+  const std::int64_t crashes = b.at("failures_by_verdict").at("crash").get<std::int64_t>();
+  EXPECT_GE(crashes, 8);
+  EXPECT_GE(b.at("worker_restarts").get<std::int64_t>(), crashes);  // and one per group's re-run
+  EXPECT_GT(b.at("restart_seconds").get<double>(), 0);
+  EXPECT_EQ(b.at("skipped_restarting"), 0);  // it starts in milliseconds: a case waits for it
+  EXPECT_EQ(b.at("quarantined"), "");
+  ASSERT_EQ(report.at("groups").size(), 1u) << report.at("groups").dump();
+  const auto& g = report.at("groups").at(0);
+  EXPECT_EQ(g.at("fault"), "worker killed by signal 6 (SIGABRT: Aborted) during run request");
+  EXPECT_EQ(g.at("fault_reproduced"), true);
+  EXPECT_TRUE(g.at("features").empty());
+  EXPECT_EQ(g.at("cases"), crashes);
+  const std::string md = slurp(dir / "report.md");
+  EXPECT_NE(md.find("## Worker faults"), std::string::npos);
+  EXPECT_NE(md.find("reproduced when its case ran again alone"), std::string::npos);
+  EXPECT_EQ(error_lines(
+                r, "ext.crashes: " + std::to_string(b.at("worker_restarts").get<int>()) + " worker restarts"),
+            1u)
+      << r.err;
+  // A report written before these fields existed.
+  for (auto& backend : report.at("backends"))
+    for (const char* key :
+         {"worker_restarts", "restart_seconds", "skipped_restarting", "skipped_quarantined", "quarantined"})
+      backend.erase(key);
+  for (auto& group : report.at("groups")) group.erase("fault"), group.erase("fault_reproduced");
+  const reports::Report old = reports::report_from_json(report);
+  EXPECT_EQ(old.backends.at(0).worker_restarts, 0);
+  EXPECT_TRUE(old.groups.at(0).fault.empty());
+
+  const Outcome bad = run({"fuzz", "--quarantine-after", "-1", "--out", (scratch() / "bad").string()});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_EQ(lines_of(bad.err).size(), 1u) << bad.err;
+}
+
+// A worker that crashes on every other case is quarantined: the campaign says so on stderr and in its
+// errors, exits 1 with its findings kept, and the backend next to it runs every case.
+TEST(WorkerFaults, AQuarantineIsReportedAndTheOtherBackendsRunOn) {
+  const auto dir = fresh("quarantine_cli");
+  const auto file = fault_backends("crashes", "crash", 2, 30);
+  const Outcome r = run({"fuzz", "--backends", file.string(), "--backend", "ext.crashes,cpu.rmsnorm.native",
+                         "--cases", "100", "--jobs", "2", "--shrink-seconds", "5", "--out", dir.string()});
+  ASSERT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(error_lines(r, "driftcheck: ext.crashes quarantined after 5 worker faults"), 1u) << r.err;
+  EXPECT_EQ(error_lines(r, "error: backend ext.crashes quarantined after 5 worker faults"), 1u) << r.err;
+  const auto report = report_of(dir);
+  const auto& errors = report.at("errors");
+  EXPECT_TRUE(std::any_of(errors.begin(), errors.end(), [](const auto& e) {
+    return e.template get<std::string>().find("ext.crashes quarantined") != std::string::npos;
+  })) << errors.dump();
+  for (const auto& b : report.at("backends")) {
+    const std::int64_t seen =
+        b.at("cases_run").get<std::int64_t>() + b.at("unsupported").get<std::int64_t>() +
+        b.at("skipped_restarting").get<std::int64_t>() + b.at("skipped_quarantined").get<std::int64_t>();
+    EXPECT_EQ(seen, 100) << b.dump();
+    if (b.at("name") == "ext.crashes") {
+      EXPECT_NE(b.at("quarantined"), "");
+      EXPECT_GT(b.at("skipped_quarantined").get<int>(), 50);
+      EXPECT_GT(b.at("distinct_findings").get<int>(), 0);
+    } else {
+      EXPECT_EQ(b.at("skipped_quarantined"), 0);
+    }
+  }
+  // Its findings are kept, and (not run again) grouped as found.
+  bool crash_group = false;
+  for (const auto& g : report.at("groups")) {
+    if (g.at("backend") != "ext.crashes") continue;
+    crash_group = true;
+    EXPECT_TRUE(g.at("fault_reproduced").is_null()) << g.dump();
+  }
+  EXPECT_TRUE(crash_group);
 }
 
 }  // namespace

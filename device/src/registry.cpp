@@ -6,6 +6,23 @@
 #include "driftcheck/device/gpu.hpp"
 
 namespace driftcheck {
+namespace {
+
+thread_local CallPolicy this_thread_policy;
+
+}  // namespace
+
+const CallPolicy& call_policy() {
+  return this_thread_policy;
+}
+
+CallPolicyScope::CallPolicyScope(CallPolicy p) : saved_(std::move(this_thread_policy)) {
+  this_thread_policy = std::move(p);
+}
+
+CallPolicyScope::~CallPolicyScope() {
+  this_thread_policy = std::move(saved_);
+}
 
 void Registry::add(std::unique_ptr<Backend> b) {
   if (!b) throw InvalidArgument("Registry::add: null backend");

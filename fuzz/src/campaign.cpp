@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -70,6 +71,8 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
     std::string why;
     for (const Backend* b : sel_.backends)
       if (b->available(&why)) by_op_[b->op()].push_back(b);
+    // Restarts from before this campaign (another campaign in this process) are not its own.
+    for (const Backend* b : sel_.backends) health_[std::string(b->name())].attributed = b->worker_restarts();
   }
 
   CampaignResult run();
@@ -85,6 +88,11 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
   void run_case(std::uint64_t local);
   void judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
              std::vector<std::pair<const Backend*, Outputs>>& outputs);
+  bool quarantined(const Backend& b);
+  std::set<std::string> quarantined();  // their names
+  void note_verdict(const Backend& b, const Evaluation& e, std::uint64_t index, BackendStats& s);
+  void attribute_restarts(const Backend& b, BackendStats& s);
+  void attribute_remaining_restarts();
   std::string on_failure(const Backend& b, const CaseSpec& spec, const PreparedCase& p, const Evaluation& e);
   void statistical_class_findings();
   void commit(std::uint64_t k, Stats s);
@@ -125,6 +133,18 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
   std::vector<std::string> internal_errors_;  // internal errors and the failed write that stopped the run
   bool io_failed_ = false;
   bool sealed_ = false;  // abandoned threads' cases are no longer committed
+
+  // One backend's worker faults in discovery (docs/CAMPAIGN.md "Worker faults"): its judged cases, the
+  // crashes and timeouts among them (in a row: the latest run of them), whether it is quarantined, and the
+  // restart counters already attributed to cases.
+  struct Health {
+    std::int64_t judged = 0, faults = 0, in_a_row = 0;
+    std::map<std::string, std::int64_t> faults_by_verdict;
+    bool quarantined = false;
+    WorkerRestarts attributed;
+  };
+  std::mutex health_mu_;                  // guards health_ (taken before a pool's lock, never the other way)
+  std::map<std::string, Health> health_;  // by backend name
 };
 
 void Campaign::open_journal() {
@@ -147,6 +167,13 @@ void Campaign::open_journal() {
   if (exists) {
     Checkpoint c = load_journal(contents, path.string(), findings_);
     watermark_ = c.completed, elapsed_offset_ = c.elapsed_s, committed_ = std::move(c.stats);
+    // A quarantine stays: the resumed run does not start the backend's faults over.
+    for (const auto& [name, bs] : committed_.backends)
+      if (!bs.quarantined.empty()) {
+        health_[name].quarantined = true;
+        if (opts_.log)
+          *opts_.log << fmt::format("driftcheck: {} stays quarantined ({})\n", name, bs.quarantined);
+      }
     journal_ = Journal::reopen(path);
     resumed_ = true;
     if (opts_.log)
@@ -214,6 +241,9 @@ bool Campaign::out_of_budget(std::uint64_t k) const {
 }
 
 void Campaign::worker() {
+  // A backend whose worker is being restarted after a fault is not waited for: the case's other backends,
+  // and the next cases, go on (the case is counted as skipped for it).
+  const CallPolicyScope no_waiting(CallPolicy{.wait_for_restart = false, .deadline = std::nullopt});
   for (;;) {
     const std::uint64_t local = next_index_.fetch_add(1);
     const std::uint64_t k = opts_.shard.case_index(local);
@@ -301,6 +331,10 @@ void Campaign::run_case(std::uint64_t local) {
 void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
                      std::vector<std::pair<const Backend*, Outputs>>& outputs) {
   BackendStats& s = stats.backends[std::string(b.name())];
+  if (quarantined(b)) {
+    ++s.skipped_quarantined;
+    return;
+  }
   const auto t0 = Clock::now();
   const Support support = b.supports(p.input);
   if (!support.ok) {
@@ -312,12 +346,18 @@ void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& sp
   const auto repaired = b.kind() == BackendKind::kMutant ? repaired_backend(known_findings(), b) : nullptr;
   Evaluation e = evaluate(repaired ? *repaired : b, p);
   s.seconds += seconds_since(t0);
+  attribute_restarts(b, s);
+  if (e.not_run) {  // its worker was being restarted: not judged, not declined
+    ++s.skipped_restarting;
+    return;
+  }
   if (e.verdict == Verdict::kUnsupported) {
     ++s.unsupported, ++s.reasons[e.detail];
     return;
   }
   ++stats.checks;
   live_checks_.fetch_add(1);
+  note_verdict(b, e, p.input.index, s);
   if (!e.outputs.empty()) outputs.emplace_back(&b, e.outputs);
   if (e.verdict != Verdict::kPass) {
     if (const auto known = explain_failure(known_findings(), b, p, e); !known.empty()) {
@@ -334,6 +374,77 @@ void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& sp
     stats.add_failing(on_failure(b, spec, p, e), verdict_name(e.verdict), e.worst_ratio, p.input.index);
 }
 
+bool Campaign::quarantined(const Backend& b) {
+  std::lock_guard lock(health_mu_);
+  const auto it = health_.find(std::string(b.name()));
+  return it != health_.end() && it->second.quarantined;
+}
+
+std::set<std::string> Campaign::quarantined() {
+  std::lock_guard lock(health_mu_);
+  std::set<std::string> out;
+  for (const auto& [name, h] : health_)
+    if (h.quarantined) out.insert(name);
+  return out;
+}
+
+// Quarantine (docs/CAMPAIGN.md "Worker faults"): once at least opts_.quarantine_faults judged cases ended in
+// a worker crash or timeout and those are at least kQuarantineShare of its judged cases, or that many in a
+// row did, the backend is not run any more; the case that decided it records why.
+void Campaign::note_verdict(const Backend& b, const Evaluation& e, std::uint64_t index, BackendStats& s) {
+  const bool fault = e.verdict == Verdict::kCrash || e.verdict == Verdict::kTimeout;
+  {
+    std::lock_guard lock(health_mu_);
+    Health& h = health_[std::string(b.name())];
+    ++h.judged;
+    if (!fault) {
+      h.in_a_row = 0;
+      return;
+    }
+    ++h.faults, ++h.in_a_row, ++h.faults_by_verdict[std::string(verdict_name(e.verdict))];
+    const std::int64_t k = opts_.quarantine_faults;
+    if (h.quarantined || k <= 0 || h.faults < k) return;
+    const bool in_a_row = h.in_a_row >= k;
+    if (!in_a_row && static_cast<double>(h.faults) < kQuarantineShare * static_cast<double>(h.judged)) return;
+    h.quarantined = true;
+    std::string kinds;
+    for (const auto& [v, n] : h.faults_by_verdict)
+      kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", n, v);
+    s.quarantined = fmt::format("quarantined after {} worker faults ({}) in {} judged cases{} (at case {})",
+                                h.faults, kinds, h.judged,
+                                in_a_row ? fmt::format(", the last {} in a row", h.in_a_row) : "", index);
+    s.quarantined_case = index;
+  }
+  if (opts_.log && opts_.progress.mode != ProgressMode::kJson)
+    *opts_.log << fmt::format(
+        "driftcheck: {} {}: its findings are kept, its later cases are not run (docs/CAMPAIGN.md \"Worker "
+        "faults\")\n",
+        b.name(), s.quarantined);
+}
+
+// The backend's worker restarts since the last case that noticed some (restarts finish in the background,
+// so a case gets those that ended while it ran); read under the lock, so no two cases count one restart.
+void Campaign::attribute_restarts(const Backend& b, BackendStats& s) {
+  std::lock_guard lock(health_mu_);
+  const WorkerRestarts now = b.worker_restarts();
+  WorkerRestarts& seen = health_[std::string(b.name())].attributed;
+  s.worker_restarts += now.restarts - seen.restarts;
+  s.restart_seconds += now.seconds - seen.seconds;
+  seen = now;
+}
+
+// What no case noticed (restarts that ended after the last case, or in a phase after discovery) goes to the
+// committed statistics directly.
+void Campaign::attribute_remaining_restarts() {
+  for (const Backend* b : sel_.backends) {
+    BackendStats delta;
+    attribute_restarts(*b, delta);
+    if (delta.worker_restarts == 0 && delta.restart_seconds == 0) continue;
+    std::lock_guard lock(mu_);
+    if (!sealed_) committed_.backends[std::string(b->name())].merge(delta);
+  }
+}
+
 // Over the cases of one shape class (docs/ORACLE.md section 9): a class whose count of cases at or below the
 // case level, or whose share of elements off the correctly rounded reference, is improbable for a correct
 // kernel (judge_class) is a finding, bundled with the case that shows it most. Decided once discovery has
@@ -346,7 +457,7 @@ void Campaign::statistical_class_findings() {
   }
   for (const Backend* b : sel_.backends) {
     const auto it = committed.backends.find(std::string(b->name()));
-    if (it == committed.backends.end()) continue;
+    if (it == committed.backends.end() || quarantined(*b)) continue;  // a quarantined one is not run again
     for (const auto& [shape, c] : it->second.stat_classes) {
       if (interrupted()) return;  // each class found beyond its bound evaluates a case again
       const std::optional<ClassJudgement> beyond = judge_class(c, shape);
@@ -498,6 +609,7 @@ CampaignResult Campaign::run() {
   if (resumed_) repair_bundles();
   start_ = Clock::now();
   if (!failed()) discover();
+  attribute_remaining_restarts();
   try {
     if (!failed()) checkpoint();
   } catch (const std::system_error& e) {
@@ -529,7 +641,16 @@ CampaignResult Campaign::run() {
       c.absorb(bundle_unbundled(c.findings_, c.opts_));
     });
   }
-  if (!failed() && !interrupted()) absorb(group_phase(findings_, opts_, jobs(), shared_from_this()));
+  if (!failed() && !interrupted())
+    absorb(group_phase(findings_, opts_, jobs(), shared_from_this(), quarantined()));
+  // The grouping phase's restarts count in this run's report, and in its journal: a last checkpoint after the
+  // phase, so that a resumed campaign reports them as this run does.
+  attribute_remaining_restarts();
+  try {
+    if (!failed() && !interrupted() && abandoned_ == 0) checkpoint();
+  } catch (const std::system_error& e) {
+    fail_io(e);
+  }
   if (abandoned_ > 0 && opts_.log)
     *opts_.log << fmt::format(
         "driftcheck: interrupted: {} thread{} still inside a case {} s after the signal; abandoned, not "
@@ -554,6 +675,7 @@ void check_options(const CampaignOptions& o) {
   if (o.jobs < 0) throw UsageError("--jobs must be >= 0");
   if (!(std::isfinite(o.grace_seconds) && o.grace_seconds >= 0))
     throw UsageError("--grace-seconds must be a finite number of seconds >= 0");
+  if (o.quarantine_faults < 0) throw UsageError("--quarantine-after must be >= 0");
   if (o.out_dir.empty()) throw UsageError("--out must name a directory (it is empty)");
   if (!o.gen.model.empty() && find_model_profile(o.gen.model) == nullptr)
     throw UsageError(fmt::format("unknown model '{}' (models: {})", o.gen.model, model_profile_names()));

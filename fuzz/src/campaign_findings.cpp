@@ -47,6 +47,8 @@ json metrics_json(const Evaluation& e) {
 Evaluation evaluation_from(const json& j) {
   Evaluation e;
   e.detail = string_field(j, "detail"), e.worst_ratio = number_field(j, "worst_ratio");
+  // No worst output: an evaluation without metrics (an error, a crash, a timeout).
+  if (string_field(j, "worst_output").empty()) return e;
   OutputMetrics m;
   m.output = string_field(j, "worst_output");
   // Journals written before the worst output's own ratio was recorded: the evaluation's.
@@ -119,6 +121,8 @@ void Findings::load(const json& r) {
     g.shrink = {int_field(r, "shrink_steps", 0), int_field(r, "shrink_tries", 0),
                 bool_field(r, "shrink_minimal")};
     g.evaluation = within_field("evaluation", [&] { return evaluation_from(object_field(r, "evaluation")); });
+    if (r.contains("fault"))  // a worker fault's group; journals before them have none
+      g.fault = string_field(r, "fault"), g.fault_reproduced = bool_field(r, "fault_reproduced");
     groups_.push_back(std::move(g));
   }
 }
@@ -249,22 +253,24 @@ void Findings::add_group(GroupDef g, const CaseSpec& spec, const Case& pristine)
   g.shape = rec.shape;
   write_bundle(dir, spec, pristine, rec);
   std::lock_guard lock(mu_);
-  journal_->append({{"type", "group"},
-                    {"id", g.id},
-                    {"op", g.op},
-                    {"backend", g.backend},
-                    {"verdict", g.verdict},
-                    {"features", g.features},
-                    {"not_needed", g.not_needed},
-                    {"confirmed", g.confirmed},
-                    {"representative", g.representative},
-                    {"bundle", g.bundle},
-                    {"replay", g.replay},
-                    {"shrink_steps", g.shrink.accepted},
-                    {"shrink_tries", g.shrink.tried},
-                    {"shrink_minimal", g.shrink.minimal},
-                    {"shape", g.shape},
-                    {"evaluation", metrics_json(g.evaluation)}});
+  json record = {{"type", "group"},
+                 {"id", g.id},
+                 {"op", g.op},
+                 {"backend", g.backend},
+                 {"verdict", g.verdict},
+                 {"features", g.features},
+                 {"not_needed", g.not_needed},
+                 {"confirmed", g.confirmed},
+                 {"representative", g.representative},
+                 {"bundle", g.bundle},
+                 {"replay", g.replay},
+                 {"shrink_steps", g.shrink.accepted},
+                 {"shrink_tries", g.shrink.tried},
+                 {"shrink_minimal", g.shrink.minimal},
+                 {"shape", g.shape},
+                 {"evaluation", metrics_json(g.evaluation)}};
+  if (!g.fault.empty()) record["fault"] = g.fault, record["fault_reproduced"] = g.fault_reproduced;
+  journal_->append(record);
   g.evaluation.outputs.clear();
   groups_.push_back(std::move(g));
 }
@@ -361,6 +367,23 @@ std::map<std::string, FindingState> Findings::snapshot() const {
 std::size_t Findings::size() const {
   std::lock_guard lock(mu_);
   return by_signature_.size();
+}
+
+std::string fault_label(std::string_view detail) {
+  std::string d(detail);
+  for (const char* tail : {"; last output: ", " (in the re-run: "})
+    if (const auto at = d.find(tail); at != std::string::npos) d.erase(at);
+  // "run request 17" -> "run request"
+  for (std::size_t at = d.find(" request "); at != std::string::npos; at = d.find(" request ", at + 1)) {
+    std::size_t end = at + 9;
+    while (end < d.size() && d[end] >= '0' && d[end] <= '9') ++end;
+    if (end > at + 9) d.erase(at + 8, end - (at + 8));
+  }
+  return d;
+}
+
+bool is_worker_fault(std::string_view verdict) {
+  return verdict == verdict_name(Verdict::kCrash) || verdict == verdict_name(Verdict::kTimeout);
 }
 
 }  // namespace driftcheck::fuzz

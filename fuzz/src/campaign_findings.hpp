@@ -55,7 +55,18 @@ struct GroupDef {
   ShrinkCounts shrink;    // of the representative's drawn case
   std::string shape;      // shape_line() of the shrunk case
   Evaluation evaluation;  // of the representative (metrics, worst element); outputs are not kept
+  // A worker fault's group (crash, timeout): no features, the fault itself (fault_label()), and whether it
+  // came back when the representative's case ran again alone. Such a group is not shrunk.
+  std::string fault;
+  bool fault_reproduced = false;
 };
+
+// A worker fault's verdict detail without what changes from one case to the next (request numbers, the
+// worker's last output line, the re-run that met it): "worker killed by signal 6 (SIGABRT: Aborted) during
+// run request", "no reply to run request within 30 s (worker killed)".
+std::string fault_label(std::string_view detail);
+// Crash and timeout: verdicts of a worker's process, not of its outputs (docs/CAMPAIGN.md "Worker faults").
+bool is_worker_fault(std::string_view verdict);
 
 // Bundles written at discovery per (backend, verdict): enough to replay a class before the grouping phase
 // has run (and if it never does), without one bundle per signature (a 60 s mutant campaign found over a

@@ -35,13 +35,19 @@ std::string group_id(const std::string& backend, const std::string& verdict,
   return fmt::format("{}-{}-g{:08x}", backend, verdict, static_cast<std::uint32_t>(h ^ (h >> 32)));
 }
 
-// The groups of a finding's class that explain it, most specific (most features) first.
+// The groups of a finding's class that explain it, most specific (most features) first. A worker fault is
+// explained by the group of its fault (fault_label), whatever its case's features.
 const GroupDef* best_group(const std::string& signature, const reports::FindingReport& r,
                            const std::vector<GroupDef>& groups) {
   const GroupDef* best = nullptr;
+  const bool fault = is_worker_fault(r.verdict);
   for (const auto& g : groups) {
     if (g.backend != r.backend || g.verdict != r.verdict) continue;
     if (g.representative == signature) return &g;
+    if (fault) {
+      if (g.fault == fault_label(r.detail)) return &g;
+      continue;
+    }
     if (has_all(r.features, g.features) && (best == nullptr || g.features.size() > best->features.size()))
       best = &g;
   }
@@ -115,11 +121,14 @@ Reduced reduce(const Backend& b, Verdict v, const CaseSpec& drawn, Attempt first
 
 class GroupPhase : public std::enable_shared_from_this<GroupPhase> {
  public:
-  GroupPhase(Findings& findings, const CampaignOptions& opts) : findings_(findings), opts_(opts) {
+  GroupPhase(Findings& findings, const CampaignOptions& opts, const std::set<std::string>& quarantined)
+      : findings_(findings), opts_(opts) {
     // Stream order (case index): discovery order with one job, and the same order when a resumed run found
     // some of them again (found_after_s restarts with the run's clock).
     std::vector<std::pair<std::uint64_t, std::string>> order;
-    for (const auto& [sig, f] : findings.snapshot()) order.emplace_back(f.report.case_index, sig);
+    // A quarantined backend is not run again: its findings stay as discovery left them.
+    for (const auto& [sig, f] : findings.snapshot())
+      if (!quarantined.count(f.report.backend)) order.emplace_back(f.report.case_index, sig);
     std::sort(order.begin(), order.end());
     for (const auto& [index, sig] : order) {
       const auto f = findings.find(sig);
@@ -208,6 +217,11 @@ class GroupPhase : public std::enable_shared_from_this<GroupPhase> {
 
   void group_one(const std::string& sig) {
     const reports::FindingReport r = findings_.find(sig)->report;
+    // No candidate, and no wait for a worker, outlives this finding's share of the phase: a request is cut
+    // there (its case then counts as not run, never as a timeout), so a hanging worker costs at most that.
+    const CallPolicyScope bounded(CallPolicy{
+        .wait_for_restart = true, .deadline = std::min(deadline_, after(opts_.shrink_seconds_per_finding))});
+    if (is_worker_fault(r.verdict)) return group_fault(sig, r);
     std::string why;
     // Redrawn as the campaign judged it (a mutant with its twin's known defects repaired). A failure that
     // does not come back (a nondeterministic backend) stays unexplained, replayable from the stream.
@@ -236,6 +250,35 @@ class GroupPhase : public std::enable_shared_from_this<GroupPhase> {
     for (const auto& other : findings_.groups())
       if (other.id == g.id) return;  // two findings of one class reduced to the same cause
     findings_.add_group(std::move(g), a.spec, a.attempt.prepared.input);
+  }
+
+  // A crash or a timeout is the worker's process failing, not its outputs: its case features say nothing of
+  // its cause (ablating a fault that comes and goes makes every feature look needed), and each candidate
+  // would cost a restart or a whole timeout. So the group is the fault itself, its representative the drawn
+  // case, run once more alone to tell whether the fault comes back (within the finding's deadline: when that
+  // run is cut short or finds no worker in time, no group is made and the finding stays "not run again").
+  void group_fault(const std::string& sig, const reports::FindingReport& r) {
+    std::string why;
+    auto again = redraw(r, opts_, &why, /*any_verdict=*/true);
+    if (!again || again->first.evaluation.not_run) return;
+    GroupDef g;
+    g.op = r.op, g.backend = r.backend, g.verdict = r.verdict;
+    g.fault = fault_label(r.detail);
+    g.fault_reproduced =
+        verdict_name(again->verdict()) == r.verdict && fault_label(again->first.evaluation.detail) == g.fault;
+    g.id = group_id(g.backend, g.verdict, {g.fault});
+    g.representative = sig;
+    if (g.fault_reproduced) {
+      g.evaluation = std::move(again->first.evaluation);
+    } else {  // the bundle keeps the fault the campaign met, and says what the run alone gave
+      parse_verdict(r.verdict, &g.evaluation.verdict);
+      g.evaluation.detail =
+          fmt::format("{}; its case run again alone: {}{}{}", r.detail, verdict_name(again->verdict()),
+                      again->first.evaluation.detail.empty() ? "" : ": ", again->first.evaluation.detail);
+    }
+    for (const auto& other : findings_.groups())
+      if (other.id == g.id) return;
+    findings_.add_group(std::move(g), again->drawn.spec, again->first.prepared.input);
   }
 
   // nullptr for a mutant (redraw() already repaired its twin's defects) and for a backend no known finding
@@ -276,6 +319,7 @@ reports::FindingGroup from_def(const GroupDef& d) {
   g.features = d.features, g.shrunk = true, g.confirmed = d.confirmed, g.not_needed = d.not_needed;
   g.representative = d.bundle, g.replay = d.replay, g.detail = d.evaluation.detail, g.shape = d.shape;
   g.shrink_steps = d.shrink.accepted, g.shrink_tries = d.shrink.tried, g.shrink_minimal = d.shrink.minimal;
+  if (!d.fault.empty()) g.fault = d.fault, g.fault_reproduced = d.fault_reproduced, g.shrunk = false;
   if (const OutputMetrics* m = worst_metrics(d.evaluation)) {
     g.worst_output = m->output, g.representative_ratio = reports::case_ratio(d.verdict, m->worst_ratio);
     g.worst_value = m->worst_value, g.worst_reference = m->worst_reference;
@@ -299,10 +343,10 @@ FailingOf failing_of(const reports::FindingReport& r, const FailingCases& failin
 }
 
 PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs,
-                        std::shared_ptr<const void> owner) {
+                        std::shared_ptr<const void> owner, const std::set<std::string>& quarantined) {
   const double budget = shrink_budget(opts);
   if (budget <= 0) return {};  // --shrink-seconds 0: findings stay ungrouped, each replayable
-  return std::make_shared<GroupPhase>(findings, opts)->run(jobs, budget, owner);
+  return std::make_shared<GroupPhase>(findings, opts, quarantined)->run(jobs, budget, owner);
 }
 
 std::vector<reports::FindingGroup> report_groups(const std::map<std::string, FindingState>& findings,
@@ -318,12 +362,17 @@ std::vector<reports::FindingGroup> report_groups(const std::map<std::string, Fin
       add_member(groups[index.at(d->id)], f, cases);
       continue;
     }
-    const std::string c = class_of(f.report);
+    // Worker faults no group explains: one group per fault, labelled by it and never by case features.
+    const bool fault = is_worker_fault(f.report.verdict);
+    const std::string label = fault ? fault_label(f.report.detail) : std::string();
+    const std::string c = fault ? class_of(f.report) + "|" + label : class_of(f.report);
     if (!unexplained.count(c)) {
       reports::FindingGroup g;
-      g.id = fmt::format("{}-{}-unshrunk", f.report.backend, f.report.verdict);
+      g.id = fault ? group_id(f.report.backend, f.report.verdict, {label}) + "-unshrunk"
+                   : fmt::format("{}-{}-unshrunk", f.report.backend, f.report.verdict);
       g.op = f.report.op, g.backend = f.report.backend, g.verdict = f.report.verdict;
-      g.features = f.report.features, g.detail = f.report.detail, g.replay = f.report.replay;
+      g.features = fault ? std::vector<std::string>{} : f.report.features, g.detail = f.report.detail;
+      g.fault = label, g.replay = f.report.replay;
       unexplained.emplace(c, groups.size());
       groups.push_back(std::move(g));
     }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,9 +25,13 @@ namespace driftcheck::fuzz {
 // group with a representative bundle; classes take turns, so every class gets its first group before any
 // gets a second. Stops within one candidate of opts.interrupt, and at the first failed write; a candidate
 // still being evaluated opts.grace_seconds after the interrupt is abandoned (PhaseResult::abandoned), its
-// thread keeping `owner` (what holds `findings` and `opts`) alive.
+// thread keeping `owner` (what holds `findings` and `opts`) alive. The findings of `quarantined` backends are
+// left as they are (those backends are not run again). A worker fault (crash, timeout) is not shrunk: its
+// group is the fault itself, its drawn case run once more alone within the finding's deadline; every
+// request of a candidate is bound by that deadline too (CallPolicy), so a hanging worker cannot hold the
+// phase beyond its budget.
 PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs,
-                        std::shared_ptr<const void> owner);
+                        std::shared_ptr<const void> owner, const std::set<std::string>& quarantined = {});
 
 // Failing cases by finding id: how many, and the worst one's case_ratio and index (Stats::failing and
 // failing_worst).

@@ -109,6 +109,11 @@ std::vector<reports::Heatmap> worst_case_heatmaps(const CampaignOptions& opts, c
       out.push_back(no_output(*b, opts, it->second.worst_case, it->second.worst_verdict, {}));
       continue;
     }
+    // A quarantined backend is not run again (docs/CAMPAIGN.md "Worker faults"); a worker that hangs on the
+    // worst case costs --grace-seconds at most, not its whole timeout (an ordinary case takes milliseconds).
+    if (!it->second.quarantined.empty()) continue;
+    const CallPolicyScope bounded(
+        CallPolicy{.wait_for_restart = true, .deadline = after(opts.grace_seconds)});
     try {
       if (auto h = heatmap(*b, opts, it->second.worst_case)) out.push_back(std::move(*h));
     } catch (const std::exception&) {

@@ -104,7 +104,7 @@ Checkpoint load_journal(const JournalContents& contents, const std::string& name
         c.completed = u64_field(r, "completed");
         c.elapsed_s = number_field(r, "elapsed_s");
         c.stats = within_field("stats", [&] { return Stats::from_json(object_field(r, "stats")); });
-      } else if (type == "finding" || type == "bundle" || type == "group") {
+      } else if (type == "finding" || type == "bundle" || type == "unbundle" || type == "group") {
         findings.load(r);
       } else if (type == "end") {
         (void)u64_field(r, "completed");

@@ -50,7 +50,14 @@ reports::BackendReport backend_report(const Backend& b, const BackendStats& s,
     if (!br.first_finding_s || f.report.found_after_s < *br.first_finding_s)
       br.first_finding_s = f.report.found_after_s;
   }
+  br.worker_restarts = s.worker_restarts, br.restart_seconds = s.restart_seconds;
+  br.skipped_restarting = s.skipped_restarting, br.skipped_quarantined = s.skipped_quarantined;
+  br.quarantined = s.quarantined;
   if (s.run == 0) br.error = fmt::format("backend {} ran zero cases: {}", br.name, zero_case_reason(b, s));
+  // Quarantined: it was not tested on the rest of the campaign, which the campaign's errors say too.
+  if (!s.quarantined.empty())
+    br.error = fmt::format("backend {} {}; its findings are kept, {} later cases of its op were not judged",
+                           br.name, s.quarantined, s.skipped_quarantined);
   for (const auto& [key, sh] : s.shapes)
     br.by_shape.push_back({sh.param, sh.bucket, sh.order, sh.cases, sh.failed, sh.max_ratio,
                            sh.log2_cases > 0 ? sh.sum_log2 / static_cast<double>(sh.log2_cases) : 0.0});
@@ -136,11 +143,22 @@ void print_summary(const CampaignOptions& opts, const reports::Report& r, bool w
       "\n{} cases, {} checks in {:.1f} s ({:.0f} checks/s); {} failing signatures in {} groups\n", r.cases,
       r.checks, r.seconds, r.seconds > 0 ? static_cast<double>(r.checks) / r.seconds : 0.0, r.findings.size(),
       r.groups.size());
+  for (const auto& b : r.backends)
+    if (b.worker_restarts > 0 || b.skipped_restarting > 0)
+      o << fmt::format("{}: {} worker restarts ({:.1f} s starting them), {} cases skipped while restarting\n",
+                       b.name, b.worker_restarts, b.restart_seconds, b.skipped_restarting);
   for (const auto& g : r.groups) {
     std::string cause;
     for (const auto& f : g.features) cause += (cause.empty() ? "" : " + ") + f;
+    // A worker fault's group: the fault, and whether it came back alone (it is never shrunk).
+    const std::string how = !g.fault.empty() ? (!g.fault_reproduced   ? ", not run again"
+                                                : *g.fault_reproduced ? ", reproduced alone"
+                                                                      : ", did not reproduce alone")
+                            : g.shrunk       ? ""
+                                             : ", not shrunk";
+    if (!g.fault.empty()) cause = g.fault;
     o << fmt::format("  {} {} [{}{}] {} cases -> {}\n", g.backend, g.verdict,
-                     cause.empty() ? "any case" : cause, g.shrunk ? "" : ", not shrunk", g.cases, g.replay);
+                     cause.empty() ? "any case" : cause, how, g.cases, g.replay);
     if (g.shrunk)
       o << fmt::format("    repro: {} ({} shrinks accepted of {} tried{})\n", g.shape, g.shrink_steps,
                        g.shrink_tries, g.shrink_minimal ? ", minimal" : "");

@@ -92,8 +92,8 @@ Shrunk shrink(const Backend& b, Verdict verdict, const CaseSpec& drawn, Attempt 
   return out;
 }
 
-std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOptions& opts,
-                              std::string* why) {
+std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOptions& opts, std::string* why,
+                              bool any_verdict) {
   const Backend* named = opts.backends->find(r.backend);
   OpKind op;
   if (named == nullptr || !parse_op(r.op, &op)) {
@@ -109,7 +109,7 @@ std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOpt
   const Backend* b = repaired ? repaired.get() : named;
   DrawnCase drawn = draw_locked(op, r.seed, r.case_index, opts.gen);
   auto first = attempt(*b, drawn.spec, r.seed, r.case_index);
-  if (!first || verdict_name(first->evaluation.verdict) != r.verdict) {
+  if (!first || (!any_verdict && verdict_name(first->evaluation.verdict) != r.verdict)) {
     *why =
         first ? fmt::format("it now gives {}", verdict_name(first->evaluation.verdict)) : "it no longer runs";
     return std::nullopt;

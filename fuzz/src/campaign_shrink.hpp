@@ -64,7 +64,7 @@ Shrunk shrink(const Backend& b, Verdict verdict, const CaseSpec& drawn, Attempt 
 
 // A finding's drawn case evaluated again on the backend the campaign judged it with (a mutant with its
 // twin's known upstream defects repaired); nullopt, with the reason in `why`, when the case no longer fails
-// the same way.
+// the same way (with `any_verdict`: only when it no longer runs at all).
 struct Redrawn {
   const Backend* backend;
   std::shared_ptr<const Backend> repaired;  // owns `backend` when it is a repaired mutant
@@ -72,7 +72,8 @@ struct Redrawn {
   Attempt first;
   Verdict verdict() const { return first.evaluation.verdict; }
 };
-std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOptions& opts, std::string* why);
+std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOptions& opts, std::string* why,
+                              bool any_verdict = false);
 
 // What a phase that writes bundles ran into. It stops at the first failed write (disk full), whose
 // std::system_error is kept to be rethrown once the campaign has stopped its threads.

@@ -77,12 +77,31 @@ void BackendStats::merge(const BackendStats& o) {
   for (const auto& [v, n] : o.failures) failures[v] += n;
   for (const auto& [f, d] : o.drift) drift[f].merge(d);
   for (const auto& [id, n] : o.known) known[id] += n;
+  worker_restarts += o.worker_restarts, restart_seconds += o.restart_seconds;
+  skipped_restarting += o.skipped_restarting, skipped_quarantined += o.skipped_quarantined;
+  // The earliest case's quarantine: independent of the order cases are folded in.
+  if (!o.quarantined.empty() && (quarantined.empty() || o.quarantined_case < quarantined_case))
+    quarantined = o.quarantined, quarantined_case = o.quarantined_case;
   while (reasons.size() > kMaxReasons)
     reasons.erase(std::min_element(reasons.begin(), reasons.end(),
                                    [](const auto& a, const auto& b) { return a.second < b.second; }));
 }
 
 json BackendStats::to_json() const {
+  json j = fields_json();
+  // Only a backend whose workers faulted has these: other journals stay as they were.
+  if (worker_restarts != 0 || restart_seconds != 0 || skipped_restarting != 0 || skipped_quarantined != 0 ||
+      !quarantined.empty())
+    j["workers"] = {{"restarts", worker_restarts},
+                    {"restart_seconds", restart_seconds},
+                    {"skipped_restarting", skipped_restarting},
+                    {"skipped_quarantined", skipped_quarantined},
+                    {"quarantined", quarantined},
+                    {"quarantined_case", quarantined_case}};
+  return j;
+}
+
+json BackendStats::fields_json() const {
   json d = json::object();
   for (const auto& [f, s] : drift) d[f] = reports::to_json(s);
   json classes = json::object();
@@ -156,6 +175,16 @@ BackendStats BackendStats::from_json(const json& j) {
                           number_value(a[6], name), int_value(a[7], name, 0)};
       s.shapes[sh.param + "|" + sh.bucket] = sh;
     }
+  }
+  if (j.contains("workers")) {  // only backends whose workers faulted, and not before worker faults were kept
+    const json& w = object_field(j, "workers");
+    within_field("workers", [&] {
+      s.worker_restarts = int_field(w, "restarts", 0), s.restart_seconds = number_field(w, "restart_seconds");
+      s.skipped_restarting = int_field(w, "skipped_restarting", 0);
+      s.skipped_quarantined = int_field(w, "skipped_quarantined", 0);
+      s.quarantined = string_field(w, "quarantined"), s.quarantined_case = u64_field(w, "quarantined_case");
+      return 0;
+    });
   }
   return s;
 }

@@ -51,6 +51,14 @@ struct BackendStats {
   double seconds = 0;
   std::map<std::string, reports::DriftStats> drift;  // by drift_format() of the case
   std::map<std::string, ShapeStats> shapes;          // by "param|bucket"
+  // Worker faults (docs/CAMPAIGN.md "Worker faults"): restarts of its workers and the seconds they took
+  // (attributed to the case that noticed them), cases it was not judged on while its worker was restarted
+  // or after its quarantine, and the quarantine itself (why, and the case that decided it; empty: none).
+  std::int64_t worker_restarts = 0;
+  double restart_seconds = 0;
+  std::int64_t skipped_restarting = 0, skipped_quarantined = 0;
+  std::string quarantined;
+  std::uint64_t quarantined_case = 0;
 
   // Folds in one judged (supported) evaluation of case `index` of shape class `shape`: run, passed or
   // failures by verdict, the worst case, the statistical tier's class counts.
@@ -63,6 +71,7 @@ struct BackendStats {
   // are folded in).
   bool worse(std::string_view verdict, double ratio, std::uint64_t index) const;
   nlohmann::json to_json() const;
+  nlohmann::json fields_json() const;  // to_json() without "workers"
   nlohmann::json shapes_json() const;
   static BackendStats from_json(const nlohmann::json& j);  // throws FieldError (json_fields.hpp)
 };

@@ -30,6 +30,7 @@ struct FuzzArgs {
   std::optional<std::uint64_t> cases;
   std::optional<double> shrink_seconds;
   double grace_seconds = kDefaultGraceSeconds;
+  int quarantine_faults = kDefaultQuarantineFaults;
   std::uint64_t seed = 1;
   int jobs = 0;
   std::string out = "driftcheck-out";
@@ -153,6 +154,7 @@ int fuzz_command(const FuzzArgs& a, const std::vector<std::string>& named, const
     o.backend_globs = fmt::format("{}", fmt::join(named, ","));
   o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs, o.gen.model = a.model;
   o.shrink_seconds = a.shrink_seconds, o.grace_seconds = a.grace_seconds;
+  o.quarantine_faults = a.quarantine_faults;
   o.log = a.progress.quiet ? nullptr : &err, o.progress = a.progress.style(tty);
   KnownFindings known;
   if (!a.known_findings.empty()) known = known_findings_option(a.known_findings), o.known_findings = &known;
@@ -228,6 +230,10 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
          "least 5 s; 0: no grouping)")
       ->check(at_least(0, false));
   add_grace_option(cmd, a.grace_seconds);
+  cmd.add_option("--quarantine-after", a.quarantine_faults,
+                 "stop running a backend after N worker crashes/timeouts that are at least 1 in 10 of its "
+                 "cases, or N in a row (default 5; 0: never; docs/CAMPAIGN.md \"Worker faults\")")
+      ->check(at_least(0, false));
   auto* seed = cmd.add_option("--seed", a.seed, "campaign seed (default 1)")->check(uint64_text());
   cmd.add_option("--jobs", a.jobs, "worker threads (default: one per core)")->check(at_least(0, false));
   cmd.add_option("--out", a.out, "campaign directory (default ./driftcheck-out)")->check(non_empty());

@@ -49,6 +49,7 @@ struct RunFailure {
   Verdict verdict = Verdict::kError;
   std::string detail;
   bool worker_fault = false;  // a BackendFault: the verdict is the worker's, whatever check was running
+  bool not_run = false;       // BackendNotRun: neither judged nor declined (Evaluation::not_run)
 };
 
 Verdict fault_verdict(FaultKind k) {
@@ -68,6 +69,8 @@ std::optional<RunFailure> run_backend(const Backend& b, Case& c) {
     b.run(c);
   } catch (const BackendFault& e) {
     return RunFailure{fault_verdict(e.kind()), e.what(), true};
+  } catch (const BackendNotRun& e) {
+    return RunFailure{Verdict::kUnsupported, e.what(), false, true};
   } catch (const BackendDeclined& e) {
     return RunFailure{Verdict::kUnsupported, e.what()};
   } catch (const std::exception& e) {
@@ -696,6 +699,7 @@ Evaluation evaluate(const Backend& backend, const PreparedCase& prepared, const 
   if (const auto err = run_backend(backend, run)) {
     ev.verdict = err->verdict;
     ev.detail = err->detail;
+    ev.not_run = err->not_run;
     return ev;
   }
   for (const auto& name : op_signature(run).outputs) ev.outputs[name] = logical_f64(run.tensor(name));

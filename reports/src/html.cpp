@@ -183,6 +183,27 @@ void backend_table(const Report& r, std::string& h) {
          "</ul>\n";
 }
 
+// Only when a backend's workers faulted: what that cost (docs/CAMPAIGN.md "Worker faults").
+void worker_faults(const Report& r, std::string& h) {
+  std::string rows;
+  for (const auto& b : r.backends)
+    if (has_worker_faults(b))
+      rows += fmt::format(
+          "<tr><td>{}</td><td class=n>{}</td><td class=n>{:.1f}</td><td class=n>{}</td><td>{}</td></tr>\n",
+          esc(b.name), b.worker_restarts, b.restart_seconds, b.skipped_restarting,
+          b.quarantined.empty() ? "-" : esc(quarantine_text(b)));
+  if (rows.empty()) return;
+  h +=
+      "<p>Worker faults: workers started in place of one that crashed, timed out or broke the protocol (in "
+      "the "
+      "background: the other backends do not wait), the cases a backend skipped while none of its workers "
+      "was "
+      "ready, and its quarantine if it faulted too often (its findings are kept).</p>\n<table><tr><th>backend"
+      "</th><th>worker restarts</th><th>seconds starting them</th><th>cases skipped while restarting</th>"
+      "<th>quarantined</th></tr>\n" +
+      rows + "</table>\n";
+}
+
 void histograms(const Report& r, Plots& plots, std::string& h) {
   std::string grid;
   for (const auto& b : r.backends) {
@@ -589,6 +610,7 @@ void run_section(const RunReport& run, std::size_t i, Plots& plots, std::string&
     }
     heading("backends", "Backends in detail");
     backend_table(r, h);
+    worker_faults(r, h);
     heading("dist", "Error distribution");
     histograms(r, plots, h);
     heading("shape", "Error against shape");

@@ -61,6 +61,11 @@ json backend_json(const BackendReport& b) {
   for (const auto& [format, d] : b.drift) drift[format] = to_json(d);
   j["drift"] = drift;
   j["first_finding_s"] = b.first_finding_s ? number_json(*b.first_finding_s) : json(nullptr);
+  j["worker_restarts"] = b.worker_restarts;
+  j["restart_seconds"] = number_json(b.restart_seconds);
+  j["skipped_restarting"] = b.skipped_restarting;
+  j["skipped_quarantined"] = b.skipped_quarantined;
+  j["quarantined"] = b.quarantined;
   return j;
 }
 
@@ -86,6 +91,12 @@ BackendReport backend_from(const json& j) {
     for (const auto& item : object_field(j, "drift").items())
       b.drift[item.key()] =
           within_field("drift." + item.key(), [&] { return drift_stats_from_json(item.value()); });
+  // Written since worker faults are reported; older reports had none to report.
+  b.worker_restarts = count_or_zero(j, "worker_restarts");
+  if (j.contains("restart_seconds")) b.restart_seconds = number_field(j, "restart_seconds");
+  b.skipped_restarting = count_or_zero(j, "skipped_restarting");
+  b.skipped_quarantined = count_or_zero(j, "skipped_quarantined");
+  if (j.contains("quarantined")) b.quarantined = string_field(j, "quarantined");
   if (j.contains("by_shape"))
     b.by_shape = list_field(j, "by_shape", [](const json& s) {
       return ShapeBucket{string_field(s, "param"),          string_field(s, "bucket"),
@@ -130,7 +141,7 @@ FindingReport finding_from(const json& j) {
   return f;
 }
 
-json group_json(const FindingGroup& g) {
+json group_fields_json(const FindingGroup& g) {
   json members = json::array();
   for (const auto& m : g.members)
     members.push_back({{"id", m.id},
@@ -169,6 +180,16 @@ json group_json(const FindingGroup& g) {
           {"members", members}};
 }
 
+json group_json(const FindingGroup& g) {
+  json j = group_fields_json(g);
+  // Only a worker fault's group has these: the others stay as they were.
+  if (!g.fault.empty()) {
+    j["fault"] = g.fault;
+    j["fault_reproduced"] = g.fault_reproduced ? json(*g.fault_reproduced) : json(nullptr);
+  }
+  return j;
+}
+
 FindingGroup group_from(const json& j) {
   FindingGroup g;
   g.id = string_field(j, "id"), g.op = string_field(j, "op"), g.backend = string_field(j, "backend");
@@ -188,6 +209,9 @@ FindingGroup group_from(const json& j) {
   if (j.contains("shape")) g.shape = string_field(j, "shape");
   g.shrink_steps = count_or_zero(j, "shrink_steps"), g.shrink_tries = count_or_zero(j, "shrink_tries");
   g.shrink_minimal = j.contains("shrink_minimal") && bool_field(j, "shrink_minimal");
+  if (j.contains("fault")) g.fault = string_field(j, "fault");
+  if (j.contains("fault_reproduced") && !json_field(j, "fault_reproduced").is_null())
+    g.fault_reproduced = bool_field(j, "fault_reproduced");
   g.members = list_field(j, "members", [](const json& m) {
     GroupMember member{string_field(m, "id"),      string_field(m, "shape_class"), u64_field(m, "seed"),
                        u64_field(m, "case_index"), int_field(m, "cases", 0),       string_field(m, "bundle"),

@@ -66,6 +66,24 @@ void markdown_backends(const Report& r, std::string& md) {
   if (!upstream.empty()) md += "Upstream code each backend models (docs/BACKENDS.md):\n\n" + upstream + "\n";
 }
 
+// Only when a backend's workers faulted: what that cost (docs/CAMPAIGN.md "Worker faults").
+void markdown_worker_faults(const Report& r, std::string& md) {
+  std::string rows;
+  for (const auto& b : r.backends)
+    if (has_worker_faults(b))
+      rows += fmt::format("| {} | {} | {:.1f} | {} | {} |\n", b.name, b.worker_restarts, b.restart_seconds,
+                          b.skipped_restarting, b.quarantined.empty() ? "-" : cell(quarantine_text(b)));
+  if (rows.empty()) return;
+  md +=
+      "## Worker faults\n\n| backend | worker restarts | seconds starting them | cases skipped while "
+      "restarting | quarantined |\n|---|---:|---:|---:|---|\n" +
+      rows +
+      "\n*worker restarts*: workers started in place of one that crashed, timed out or broke the protocol "
+      "(in the background: the other backends do not wait); *cases skipped while restarting*: cases of "
+      "its op it was not judged on because no worker of it was ready; *quarantined*: it faulted too often "
+      "and was not run any more (its findings are kept; docs/CAMPAIGN.md \"Worker faults\").\n\n";
+}
+
 void markdown_group_lines(const Report& r, std::string& md) {
   md += fmt::format("## Findings by cause ({} groups from {} failing signatures, worst first)\n\n",
                     r.groups.size(), r.findings.size());
@@ -203,10 +221,22 @@ std::array<std::string, kKnownColumns> known_cells(const KnownFindingReport& k) 
 }
 
 std::string group_cause(const FindingGroup& g) {
+  if (!g.fault.empty())
+    return g.fault + (!g.fault_reproduced   ? " (not run again)"
+                      : *g.fault_reproduced ? " (reproduced when its case ran again alone)"
+                                            : " (did not reproduce when its case ran again alone)");
   if (g.features.empty()) return g.shrunk ? "any case (no feature needed)" : "not shrunk yet";
   return joined(g.features, " + ") + (!g.shrunk      ? " (not shrunk)"
                                       : !g.confirmed ? " (ablation incomplete)"
                                                      : "");
+}
+
+bool has_worker_faults(const BackendReport& b) {
+  return b.worker_restarts > 0 || b.skipped_restarting > 0 || !b.quarantined.empty();
+}
+
+std::string quarantine_text(const BackendReport& b) {
+  return fmt::format("{}; {} later cases of its op not judged", b.quarantined, b.skipped_quarantined);
 }
 
 std::string group_worst(const FindingGroup& g) {
@@ -258,6 +288,7 @@ std::string to_markdown(const Report& r) {
   markdown_group_lines(r, md);
   markdown_list("Errors", r.errors, md);
   markdown_backends(r, md);
+  markdown_worker_faults(r, md);
   markdown_groups(r, md);
   markdown_known_findings(r, md);
   markdown_divergence(r, md);

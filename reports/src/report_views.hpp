@@ -15,8 +15,13 @@ namespace driftcheck::reports {
 // ran, upstream, replay.
 inline constexpr std::size_t kKnownColumns = 7;
 std::array<std::string, kKnownColumns> known_cells(const KnownFindingReport& k);
-// "GQA + fp8 e4m3fn KV", "any case (no feature needed)", "... (not shrunk)".
+// "GQA + fp8 e4m3fn KV", "any case (no feature needed)", "... (not shrunk)"; a worker fault's group: the
+// fault and whether it reproduced.
 std::string group_cause(const FindingGroup& g);
+// Whether a backend's workers faulted (restarts, cases skipped, a quarantine): the reports then show what it
+// cost. quarantine_text: why it was quarantined and how many cases that left unjudged.
+bool has_worker_faults(const BackendReport& b);
+std::string quarantine_text(const BackendReport& b);
 // The group's worst case over its members (worst_cell and its case) and its representative's worst element
 // (verdict_detail); for an unshrunk group, which records no worst element, its first finding's oracle detail.
 std::string group_worst(const FindingGroup& g);

@@ -147,7 +147,7 @@ def check_html(name, dom, faults):
     for t in p.tables:
         # The columns that summarise how bad a backend or group is: worst, p99 and, in "Runs side by side",
         # every run's column.
-        side_by_side = t["headers"][:1] == ["backend"] and all(h not in ("op", "kind") for h in t["headers"])
+        side_by_side = t["headers"][:1] == ["backend"] and t["headers"][1:] == faults
         for row in t["rows"]:
             for i, (cls, text) in enumerate(row):
                 texts.add(text)

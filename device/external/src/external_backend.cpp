@@ -1,5 +1,7 @@
 // ext.<name>: a backend declared in a backends file and run by worker processes (docs/PROTOCOL.md). Static
 // supports are checked here first; the worker's own `supports` answer is asked once per case.
+#include <exception>
+
 #include <fmt/format.h>
 
 #include "driftcheck/external/backends_file.hpp"
@@ -105,12 +107,13 @@ std::string StaticSupports::summary() const {
 namespace {
 
 // The last supports answer of this thread: the campaign asks supports() and then evaluate() asks again and
-// runs, so one round trip serves both; a fault in the round trip is kept and becomes the run's verdict.
+// runs, so one round trip serves both; a fault in the round trip (or a round trip that did not happen:
+// BackendNotRun) is kept and becomes what the run throws.
 struct SupportsMemo {
   const void* backend = nullptr;
   std::string key;
   Support answer;
-  std::optional<BackendFault> fault;
+  std::exception_ptr fault;
 };
 thread_local SupportsMemo memo;
 
@@ -148,6 +151,7 @@ class ExternalBackend final : public Backend {
   BackendDefinition definition() const override {
     return {BackendDefinition::Kind::kBackendsFile, std::filesystem::absolute(d_.file)};
   }
+  WorkerRestarts worker_restarts() const override { return link_.pool().restarts(); }
 
   std::string origin() const override {
     std::string s = fmt::format("{}; numerics {}", d_.origin(), d_.numerics_source);
@@ -162,11 +166,13 @@ class ExternalBackend final : public Backend {
     if (!link_.hello().supports_round_trip) return Support::yes();
     std::string key = case_text(c, nullptr);
     if (memo.backend == this && memo.key == key) return memo.fault ? Support::yes() : memo.answer;
-    memo = {this, std::move(key), Support::yes(), std::nullopt};
+    memo = {this, std::move(key), Support::yes(), nullptr};
     try {
       memo.answer = link_.pool().with_worker([&](Worker& w) { return w.supports(memo.key); });
-    } catch (const BackendFault& f) {
-      memo.fault = f;  // run() turns it into this case's verdict
+    } catch (const BackendFault&) {
+      memo.fault = std::current_exception();  // run() turns it into this case's verdict
+    } catch (const BackendNotRun&) {
+      memo.fault = std::current_exception();  // run() says the case was not run
     }
     return memo.answer;
   }
@@ -174,9 +180,9 @@ class ExternalBackend final : public Backend {
   void run(Case& full) const override {
     Case c = sent(full);  // views of full's storages: the worker's outputs land in full
     if (memo.backend == this && memo.fault && memo.key == case_text(c, nullptr)) {
-      const BackendFault f = *memo.fault;
+      const std::exception_ptr f = memo.fault;
       memo = {};
-      throw f;
+      std::rethrow_exception(f);
     }
     link_.pool().with_worker([&](Worker& w) { w.run(c); });
   }

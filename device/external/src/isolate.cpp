@@ -39,6 +39,7 @@ class IsolatedBackend final : public Backend {
     return h.available;
   }
   Support supports(const Case& c) const override { return inner_->supports(c); }
+  WorkerRestarts worker_restarts() const override { return link_.pool().restarts(); }
   void run(Case& c) const override {
     link_.pool().with_worker([&](Worker& w) { w.run(c); });
   }

@@ -20,6 +20,8 @@ namespace {
 constexpr std::size_t kTailBytes = 4096;
 // Without a pidfd (kernels before 5.3) the process's exit is checked this often while waiting.
 constexpr int kExitPollMs = 100;
+// A cancellable wait (SpawnSpec::cancel) looks at its flag this often.
+constexpr int kCancelPollMs = 50;
 
 std::string errno_text(int err) {
   return std::strerror(err);
@@ -98,7 +100,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 
 }  // namespace
 
-Process::Process(const SpawnSpec& spec) {
+Process::Process(const SpawnSpec& spec) : cancel_(spec.cancel) {
   ignore_sigpipe();
   Pipe request, reply, output;
   SpawnActions fa;
@@ -217,10 +219,15 @@ bool Process::wait_for(int fd, short events, const Wait& wait) {
   const std::string_view what = wait.what;
   for (;;) {
     pollfd fds[3] = {{fd, events, 0}, {output_fd_, POLLIN, 0}, {pidfd_, POLLIN, 0}};
+    if (cancel_ != nullptr && cancel_->load()) {
+      kill_group();
+      throw BackendFault(FaultKind::kCrash, fmt::format("worker killed: cancelled during {}", what));
+    }
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) timed_out(wait);
     int ms = static_cast<int>(std::min<long long>(left, 1 << 30));
     if (pidfd_ < 0) ms = std::min(ms, kExitPollMs);
+    if (cancel_ != nullptr) ms = std::min(ms, kCancelPollMs);
     const int n = poll(fds, 3, ms);
     if (n < 0 && errno != EINTR) crashed(what);
     if (fds[1].revents) drain_output();

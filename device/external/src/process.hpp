@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -24,6 +25,9 @@ struct SpawnSpec {
   std::filesystem::path cwd;      // empty: driftcheck's
   bool stdio_channel = false;     // requests on stdin, replies on stdout
   int arena_fd = -1;              // becomes fd 5 in the worker
+  // Set (by another thread): every wait ends within kCancelPollMs, the process is killed and the wait throws
+  // BackendFault(kCrash). A pool that is going away cancels the starts it has in flight this way.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // What a request waits for and until when; faults name it ("worker killed by signal 11 during run request 7",
@@ -62,6 +66,7 @@ class Process {
   void read_exact(char* out, std::size_t n, const Wait& wait);
   std::string reap(bool block);
 
+  const std::atomic<bool>* cancel_ = nullptr;
   pid_t pid_ = -1;
   int pidfd_ = -1;
   int request_fd_ = -1, reply_fd_ = -1, output_fd_ = -1;

@@ -4,8 +4,11 @@
 // BackendError.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -45,6 +48,48 @@ class BackendFault : public BackendError {
 class BackendDeclined : public BackendError {
  public:
   using BackendError::BackendError;
+};
+
+// Thrown by supports() or run() of a backend that did not run a case for a reason of its own state, not of
+// the case: its worker was being restarted after a fault and the caller does not wait for restarts, or the
+// caller's deadline (CallPolicy) passed first. The case is neither judged nor unsupported; the campaign
+// counts it apart (docs/CAMPAIGN.md "Worker faults"). A metamorphic re-run that meets it is no evidence
+// either way, as for BackendDeclined.
+class BackendNotRun : public BackendDeclined {
+ public:
+  using BackendDeclined::BackendDeclined;
+};
+
+// What the calling thread lets the calls of an out-of-process backend (a worker, an --isolate'd built-in)
+// wait for. Set for a scope with CallPolicyScope; the default waits for everything, as `replay` and the
+// tests want.
+struct CallPolicy {
+  // false: a call that would wait for a worker being started in place of one that faulted throws
+  // BackendNotRun instead (a campaign's discovery: the other backends of the case, and the next cases, go
+  // on).
+  bool wait_for_restart = true;
+  // Set: no wait and no request outlives it. A request's timeout is cut to the time left, and a request cut
+  // short, or a wait for a worker that ends there, throws BackendNotRun (the grouping phase's budget).
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+};
+const CallPolicy& call_policy();  // this thread's
+class CallPolicyScope {
+ public:
+  explicit CallPolicyScope(CallPolicy p);
+  ~CallPolicyScope();
+  CallPolicyScope(const CallPolicyScope&) = delete;
+  CallPolicyScope& operator=(const CallPolicyScope&) = delete;
+
+ private:
+  CallPolicy saved_;
+};
+
+// What worker faults cost an out-of-process backend so far: replacement workers started after a fault (each
+// a process start, an import, a CUDA context), and the seconds those starts took (docs/PROTOCOL.md
+// section 5).
+struct WorkerRestarts {
+  std::int64_t restarts = 0;
+  double seconds = 0;
 };
 
 // Whether a backend can run a case; `reason` says why not, in the field's words ("block_size 128: ROCM_ATTN's
@@ -143,6 +188,8 @@ class Backend {
   // False when the kernel already runs in another process (a worker, an --isolate'd backend): --isolate
   // leaves those as they are and wraps the others (built-ins and C plugins).
   virtual bool in_process() const { return true; }
+  // Out-of-process backends: their worker restarts so far (cumulative over the process). Zero in process.
+  virtual WorkerRestarts worker_restarts() const { return {}; }
   // Mutants: the correct backend this one breaks, and the bug class it models with its source (issue/PR).
   virtual std::string_view mutates() const { return {}; }
   virtual std::string_view bug_class() const { return {}; }

@@ -37,6 +37,11 @@ inline constexpr double kDefaultSeconds = 20.0;
 // SIGTERM and SIGKILL, so the report is written first.
 inline constexpr double kDefaultGraceSeconds = 5.0;
 inline constexpr std::string_view kToolVersion = "0.1.0";
+// Quarantine (docs/CAMPAIGN.md "Worker faults"): a backend is not run any more once at least
+// CampaignOptions::quarantine_faults of its judged cases ended in a worker crash or timeout and those are at
+// least this share of its judged cases so far, or once that many in a row did.
+inline constexpr double kQuarantineShare = 0.1;
+inline constexpr int kDefaultQuarantineFaults = 5;
 
 struct CampaignOptions {
   std::vector<OpKind> ops;       // empty: every op (or, with backend_globs, the ops of the selected backends)
@@ -74,6 +79,8 @@ struct CampaignOptions {
   // --resume continues the campaign later (docs/CAMPAIGN.md "Interrupting").
   const std::atomic<int>* interrupt = nullptr;
   double grace_seconds = kDefaultGraceSeconds;
+  // Worker crashes and timeouts after which a backend is quarantined (with kQuarantineShare); 0: never.
+  int quarantine_faults = kDefaultQuarantineFaults;
 };
 
 // "unknown backend 'NAME' (...)": says how to list backends, and for an ext.* name that its backends file

@@ -66,6 +66,10 @@ struct Evaluation {
   // outputs this improbable (1 when nothing is; kBeyondStatisticalBound at or below kStatisticalAlpha).
   double stat_p_value = 1;
   Outputs outputs;  // what the backend wrote (fp64, logical shapes); empty when it did not run
+  // The backend did not run the case for a reason of its own (BackendNotRun: its worker was being restarted,
+  // the caller's deadline passed): verdict kUnsupported, detail the reason, and counted apart from declined
+  // cases by the campaign.
+  bool not_run = false;
 };
 
 // The output whose worst element is furthest beyond its tolerance: the first of the largest worst_ratio, a

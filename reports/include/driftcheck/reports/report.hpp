@@ -66,6 +66,15 @@ struct BackendReport {
   std::string error;                        // non-empty when it was asked for and ran zero cases
   std::vector<ShapeBucket> by_shape;        // error against the shape parameters that drive it
   std::map<std::string, DriftStats> drift;  // by storage format of the cases ("bf16", "bf16+fp8_e4m3fn")
+  // Worker faults of an out-of-process backend (docs/CAMPAIGN.md "Worker faults"; absent in older reports:
+  // zero): its workers restarted after a fault and the seconds those starts took, the cases of its op it was
+  // not judged on while a restart was under way or after its quarantine, and why it was quarantined (empty:
+  // it was not; `error` then says so too).
+  std::int64_t worker_restarts = 0;
+  double restart_seconds = 0;
+  std::int64_t skipped_restarting = 0;
+  std::int64_t skipped_quarantined = 0;
+  std::string quarantined;
 };
 
 // A known finding (golden/known-findings.toml, docs/FINDINGS.md) as a campaign met it: an upstream defect
@@ -182,6 +191,11 @@ struct FindingGroup {
   std::int64_t shrink_tries = 0;  // shrink candidates evaluated
   bool shrink_minimal = false;    // the shrink ended at a minimum (no candidate step still failed)
   std::vector<GroupMember> members;
+  // A worker fault (crash, timeout) is grouped by the fault itself, never by case features (docs/CAMPAIGN.md
+  // "Worker faults"): what the worker did ("worker killed by signal 6 (SIGABRT: Aborted) during run
+  // request"), and whether the fault came back when its case ran again alone (absent: not run again).
+  std::string fault;
+  std::optional<bool> fault_reproduced;
 };
 
 struct Report {
