@@ -1,5 +1,6 @@
 #include "driftcheck/fuzz/replay.hpp"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -59,8 +60,12 @@ std::string output_line(const OutputMetrics& m) {
   if (m.worst_ratio <= 1)
     return fmt::format("  {}: within tolerance; worst element {}: {}x tolerance", m.output, at,
                        reports::ratio_text(m.worst_ratio));
-  return fmt::format("  {}: worst element {}: {}x tolerance; {:.3g}% of its elements beyond tolerance",
-                     m.output, at, reports::ratio_text(m.worst_ratio), 100 * m.share_beyond);
+  // A bit-exact output (tolerance 0) has no ratio to print: any difference is the failure.
+  const std::string how = m.worst_tolerance == 0         ? "differs where it must be bit-exact"
+                          : std::isfinite(m.worst_ratio) ? reports::ratio_text(m.worst_ratio) + "x tolerance"
+                                                         : reports::ratio_text(m.worst_ratio);
+  return fmt::format("  {}: worst element {}: {}; {:.3g}% of its elements beyond tolerance", m.output, at,
+                     how, 100 * m.share_beyond);
 }
 
 }  // namespace

@@ -513,6 +513,7 @@ class GateResult:
     report: dict  # gate.json
     checks: list  # GateCheck
     replay_prefix: str  # what runs the gate's `driftcheck replay ...` lines as printed
+    replay_binary: str  # the binary's `... replay`, for lines that name their backends file already
 
     @property
     def errors(self) -> list:
@@ -523,12 +524,13 @@ class GateResult:
         return [c for c in self.checks if c.status == "failed"]
 
     def runnable(self, text: str) -> str:
-        """The gate's replay lines made runnable as printed: the binary's name, and the backends file of the
-        config in DRIFTCHECK_BACKENDS (external backends need it)."""
+        """The gate's replay lines made runnable as printed: the binary's name and, for a line that does not name
+        the backends file itself (driftcheck writes --backends for external backends), the config's in
+        DRIFTCHECK_BACKENDS."""
         def fix(m):
             line = m.group(2)
-            if "--backends" in line or "DRIFTCHECK_BACKENDS" in line:
-                return m.group(0)
+            if "--backends" in line or "--plugin" in line:
+                return f"{m.group(1)}{self.replay_binary} {line}"
             return f"{m.group(1)}{self.replay_prefix} {line}"
 
         return re.sub(r"(?m)^(\s*)driftcheck replay (.*)$", fix, text)
@@ -599,7 +601,8 @@ def gate(config: str, *, jobs: Optional[int] = None, mutants: bool = False, back
     files = [f for f in [_gate_backends_file(config)] + [os.path.abspath(b) for b in backends] if f]
     prefix = (f"DRIFTCHECK_BACKENDS={shlex.quote(':'.join(files))} " if files else "") + \
         f"{command_name(bin_path)} replay"
-    result = GateResult(config, folder, argv, proc.returncode, report, checks, prefix)
+    result = GateResult(config, folder, argv, proc.returncode, report, checks, prefix,
+                        f"{command_name(bin_path)} replay")
     ctx.report_checks(result)
     if proc.returncode != 0 or result.failed:
         raise GateFailed(result.summary(), result)

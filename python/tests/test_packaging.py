@@ -159,7 +159,8 @@ class Wheel(unittest.TestCase):
         self.assertRegex(replay, r"^DRIFTCHECK_BACKENDS=\S+ driftcheck replay ")  # the environment's command
         r = subprocess.run(replay, shell=True, env=self.venv_env(), capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
-        self.assertIn("FAIL ext.pytest.test_k.swapped not_exact", r.stdout)
+        # The first group's verdict, reproduced: the halves swapped are not bit-exact, or an infinity moved.
+        self.assertRegex(r.stdout, r"FAIL ext\.pytest\.test_k\.swapped (not_exact|inf_mismatch|nan_mismatch):")
 
 
 class BuildDependencies(unittest.TestCase):

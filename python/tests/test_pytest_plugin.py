@@ -360,7 +360,8 @@ class Gate(unittest.TestCase):
         self.assertEqual(outcome, "failure")
         self.assertIn("GateFailed", message)
         self.assertIn(f"{planted} budget", message)
-        replays = [l.strip() for l in message.splitlines() if "replay" in l and "DRIFTCHECK_BACKENDS=" in l]
+        # Each replay line runs as printed: driftcheck names the backends file on the line (--backends).
+        replays = [l.strip() for l in message.splitlines() if " replay " in l and "--backends " in l]
         self.assertTrue(replays, message)
         r = subprocess.run(replays[0], shell=True, env=env(), capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 1, replays[0] + "\n" + r.stdout + r.stderr)
