@@ -310,6 +310,38 @@ TEST(Oracle, NanForAnInfinityIsConformingOnlyWhereItsWeightUnderflows) {
       << rejected.detail;
 }
 
+// FlashAttention-2 writes lse = +inf for a row whose softmax sum is NaN (docs/ORACLE.md step 4): a NaN
+// element of q makes every logit of its row NaN, so the reference's o and lse there are NaN. A kernel that
+// writes the reference but +inf for that lse passes only when it declares lse_undefined_inf; +inf anywhere
+// else, or another value there, still fails.
+TEST(Oracle, LseUndefinedInfIsAcceptedOnlyWhereDeclared) {
+  Case c = builders::attention_case(builders::one_head(DType::kBF16, 1, 20), 4);
+  c.tensor("q").set({0, 0, 3}, std::nan(""));
+  const PreparedCase p = prepare(std::move(c));
+  ASSERT_TRUE(std::isnan(p.reference.at("lse").at({0, 0})));
+  ASSERT_TRUE(std::isnan(p.reference.at("o").at({0, 0, 0})));
+  const auto lse_to = [](double v) {
+    return [v](Case& x) {
+      write_reference(x);
+      x.tensor("lse").set({0, 0}, v);
+    };
+  };
+  Numerics flash;
+  flash.lse_undefined_inf = true;
+  EXPECT_EQ(evaluate(FnBackend(OpKind::kAttention, lse_to(INFINITY), flash), p).verdict, Verdict::kPass);
+  const Evaluation undeclared = evaluate(FnBackend(OpKind::kAttention, lse_to(INFINITY)), p);
+  EXPECT_EQ(undeclared.verdict, Verdict::kNanMismatch) << undeclared.detail;
+  // Only +inf is the convention: -inf or a number where the reference is NaN still fails.
+  EXPECT_EQ(evaluate(FnBackend(OpKind::kAttention, lse_to(-INFINITY), flash), p).verdict,
+            Verdict::kNanMismatch);
+  EXPECT_EQ(evaluate(FnBackend(OpKind::kAttention, lse_to(2.5), flash), p).verdict, Verdict::kNanMismatch);
+  // +inf where the reference lse is finite is no convention at all.
+  const PreparedCase finite = prepare(builders::attention_case(builders::one_head(DType::kBF16, 1, 20), 4));
+  ASSERT_TRUE(std::isfinite(finite.reference.at("lse").at({0, 0})));
+  EXPECT_EQ(evaluate(FnBackend(OpKind::kAttention, lse_to(INFINITY), flash), finite).verdict,
+            Verdict::kInfMismatch);
+}
+
 TEST(Oracle, UnwrittenOutputKeepsPoisonAndFails) {
   const Evaluation ev = judge(rms_spec(), [](Case&) {});
   EXPECT_TRUE(ev.verdict == Verdict::kNanMismatch || ev.verdict == Verdict::kInfMismatch ||

@@ -58,11 +58,12 @@ std::string numerics_summary(const Backend& b) {
   std::string s =
       b.op() == OpKind::kAttention
           ? fmt::format(
-                "p_rounded={} partials_rounded={} kv_dequant_rounded={}{}{}{} block_perm_invariant={}",
+                "p_rounded={} partials_rounded={} kv_dequant_rounded={}{}{}{}{} block_perm_invariant={}",
                 n.p_rounded, n.partials_rounded, n.kv_dequant_rounded,
                 n.kv_dequant_rounded_prefill ? " kv_dequant_rounded_prefill=true" : "",
                 n.fp8_mfma_decode ? " fp8_mfma_decode=true" : "",
-                n.new_kv == NewKv::kInputs ? " new_kv=inputs" : "", n.block_permutation_invariant)
+                n.new_kv == NewKv::kInputs ? " new_kv=inputs" : "",
+                n.lse_undefined_inf ? " lse_undefined_inf=true" : "", n.block_permutation_invariant)
           : fmt::format("output_roundings={} reduction=threads {} vec {} warp {}", n.output_roundings,
                         n.reduction.threads, n.reduction.vec, n.reduction.warp);
   return s + fmt::format(" deterministic={} batch_invariant={}", n.deterministic, n.batch_invariant);

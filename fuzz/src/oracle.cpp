@@ -235,6 +235,9 @@ Verdict check_specials(const PreparedCase& pc, const Numerics& n, const Outputs&
     for (std::size_t i = 0; i < ref.size(); ++i) {
       const double r = ref[i], v = got[i];
       if (underflowed_infinity(model, n, i, r, v)) continue;
+      // FlashAttention-2's lse of a row whose softmax sum is NaN or 0, as the backend declares it.
+      if (n.lse_undefined_inf && name == "lse" && v == INFINITY && (std::isnan(r) || r == -INFINITY))
+        continue;
       if (std::isnan(r) != std::isnan(v)) {
         *detail = fmt::format("{}: {} where the reference is {}",
                               where(name, static_cast<std::int64_t>(i), ref_t.shape()), v, r);

@@ -118,8 +118,8 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
   const toml::table& t = r.table(n, "numerics");
   r.only(t,
          {"like", "output_roundings", "p_rounded", "partials_rounded", "kv_dequant_rounded",
-          "kv_dequant_rounded_prefill", "fp8_mfma_decode", "new_kv", "deterministic", "batch_invariant",
-          "block_permutation_invariant"},
+          "kv_dequant_rounded_prefill", "fp8_mfma_decode", "new_kv", "lse_undefined_inf", "deterministic",
+          "batch_invariant", "block_permutation_invariant"},
          "numerics");
   d.numerics_source = "declared";
   if (const auto* like = t.get("like")) {
@@ -138,6 +138,7 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
       {"kv_dequant_rounded", &x.kv_dequant_rounded},
       {"kv_dequant_rounded_prefill", &x.kv_dequant_rounded_prefill},
       {"fp8_mfma_decode", &x.fp8_mfma_decode},
+      {"lse_undefined_inf", &x.lse_undefined_inf},
       {"deterministic", &x.deterministic},
       {"batch_invariant", &x.batch_invariant},
       {"block_permutation_invariant", &x.block_permutation_invariant}};

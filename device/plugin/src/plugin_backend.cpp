@@ -89,6 +89,7 @@ Numerics numerics_of(const dc_plugin& p) {
   out.kv_dequant_rounded_prefill = n2.kv_dequant_rounded_prefill != 0;
   out.fp8_mfma_decode = n2.fp8_mfma_decode != 0;
   out.new_kv = n2.new_kv == DC_NEW_KV_INPUTS ? NewKv::kInputs : NewKv::kCache;
+  out.lse_undefined_inf = n2.lse_undefined_inf != 0;
   out.deterministic = n.deterministic != 0;
   out.batch_invariant = n.batch_invariant != 0;
   out.block_permutation_invariant = n.block_permutation_invariant != 0;
@@ -124,6 +125,7 @@ std::string numerics_disagreement(const Numerics& file, const Numerics& plugin) 
        flag(plugin.kv_dequant_rounded_prefill)},
       {"fp8_mfma_decode", flag(file.fp8_mfma_decode), flag(plugin.fp8_mfma_decode)},
       {"new_kv", new_kv_text(file.new_kv), new_kv_text(plugin.new_kv)},
+      {"lse_undefined_inf", flag(file.lse_undefined_inf), flag(plugin.lse_undefined_inf)},
       {"deterministic", flag(file.deterministic), flag(plugin.deterministic)},
       {"batch_invariant", flag(file.batch_invariant), flag(plugin.batch_invariant)},
       {"block_permutation_invariant", flag(file.block_permutation_invariant),
@@ -283,11 +285,11 @@ void check_plugin(const dc_plugin& p, const std::function<void(std::string)>& fa
   const Declaration d = declaration_of(p);
   const dc_numerics2& n2 = d.numerics2;
   if ((n2.kv_dequant_rounded_prefill != 0 && n2.kv_dequant_rounded_prefill != 1) ||
-      (n2.fp8_mfma_decode != 0 && n2.fp8_mfma_decode != 1))
+      (n2.fp8_mfma_decode != 0 && n2.fp8_mfma_decode != 1) ||
+      (n2.lse_undefined_inf != 0 && n2.lse_undefined_inf != 1))
     fail("numerics2 flags must be 0 or 1");
   if (n2.new_kv != DC_NEW_KV_CACHE && n2.new_kv != DC_NEW_KV_INPUTS)
     fail(fmt::format("numerics2.new_kv {}: DC_NEW_KV_CACHE (0) or DC_NEW_KV_INPUTS (1)", n2.new_kv));
-  if (n2.reserved != 0) fail("numerics2.reserved must be 0");
   const dc_query_supports& q = d.query;
   const bool any =
       q.decode_only != 0 || q.reserved != 0 || q.max_query_len != 0 || q.max_head_dim != 0 ||

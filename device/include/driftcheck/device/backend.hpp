@@ -133,6 +133,10 @@ struct Numerics {
   // attention: where the kernel reads the new tokens' K/V (case.hpp NewKv): the reference, the naive baseline
   // and the error model it is judged with read the same source.
   NewKv new_kv = NewKv::kCache;
+  // attention: a row whose softmax sum is NaN (a NaN logit) or 0 (no visible key) gets lse +inf, where the
+  // reference's lse is NaN or -inf: FlashAttention-2's convention (its forward writes INFINITY when the row
+  // sum is 0 or NaN). o is judged as ever (NaN in a NaN row, 0 in a row with no key).
+  bool lse_undefined_inf = false;
   // rmsnorm family: the shape of the sum-of-squares reduction (statistical tier only).
   ReductionShape reduction;
   // Metamorphic contracts the oracle checks bit for bit.

@@ -162,7 +162,10 @@ typedef struct dc_numerics2 {
   int32_t fp8_mfma_decode; /* attention: decode rows (query length 1) of an fp8 cache run QK and P.V on fp8
                               MFMAs, q and P converted to the cache's fp8 format first */
   int32_t new_kv;          /* DC_NEW_KV_CACHE or DC_NEW_KV_INPUTS */
-  int32_t reserved;        /* zero */
+  int32_t
+      lse_undefined_inf; /* attention: a row whose softmax sum is NaN or 0 gets lse +inf (FlashAttention-2's
+                            convention) where the reference has NaN or -inf; this field was `reserved`
+                            (zero) in the first version-2 header, so zero keeps its meaning */
 } dc_numerics2;
 
 #define DC_MAX_HEAD_DIMS 8
