@@ -1778,6 +1778,9 @@ std::map<std::string, Case> exposing_cases() {
       builders::rmsnorm_case(2, 256, DType::kBF16, {1e-6, WeightMode::kOnePlus, false}, 1);
   m["mutant.rmsnorm.fast_rsqrt"] = builders::rmsnorm_case(4, 1024, DType::kF16, {}, 1);
   m["mutant.rmsnorm.output_toward_zero"] = builders::rmsnorm_case(2, 256, DType::kBF16, {}, 1);
+  m["mutant.rmsnorm.mean_square_rounded"] = builders::rmsnorm_case(4, 1024, DType::kBF16, {}, 1);
+  // eps 1e-6 where the mutant adds 1e-5: mean(x^2) ~ 1e-6 makes the difference about 4x in the scale.
+  m["mutant.rmsnorm.eps_fixed"] = scaled_rmsnorm(1e-3);
   m["mutant.dual.halves_swapped"] = builders::dual_case(2, 64, DType::kBF16, {}, 1);
   m["mutant.concat.halves_swapped"] = builders::concat_case(2, 8, 8, DType::kBF16, 1);
   m["mutant.attn.masked_p_times_v"] = attention_with([](AttentionSpec&) {});  // 37 % 16 != 0: poison in page

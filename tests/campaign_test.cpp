@@ -221,6 +221,106 @@ TEST(Campaign, TwoPlantedBugsGroupByTheirCauses) {
   EXPECT_LE(bundles, r.report.groups.size() + 2 * classes.size());
 }
 
+// One bug, one group (issue #22): a campaign over a kernel with one cause reports one group per verdict it
+// fails with, whatever shape classes its cases fall in, and the group says what the cause is in words.
+std::vector<reports::FindingGroup> groups_of(const reports::Report& r, std::string_view backend) {
+  std::vector<reports::FindingGroup> out;
+  for (const auto& g : r.groups)
+    if (g.backend == backend) out.push_back(g);
+  return out;
+}
+
+// One line per group, for a failure message: its verdict, cause and size.
+std::string describe(const std::vector<reports::FindingGroup>& groups) {
+  std::string out;
+  for (const auto& g : groups) {
+    out += "\n  " + g.verdict + " {";
+    for (const auto& f : g.features) out += f + "; ";
+    out += "} " + std::to_string(g.members.size()) + " findings: " + g.detail.substr(0, 160);
+  }
+  return out;
+}
+
+CampaignResult one_cause_campaign(const std::string& name, const std::string& backend) {
+  auto o = options(fresh_dir(name), backend, 400);
+  o.backends = &registry();
+  o.gen.large_shapes = true;
+  o.shrink_steps = 200;
+  o.shrink_seconds = 600, o.shrink_seconds_per_finding = 600;  // bounded by steps, not by the machine
+  return run_campaign(o);
+}
+
+// The row's mean square rounded once to the activation dtype: every element of a row moves by one relative
+// error. It fails in every dtype and alignment class, beyond the tolerance on some rows and off the declared
+// rounding points on most: one group, over several shape classes, whose detail says in words what the
+// rounding-level findings among its members show.
+TEST(OneCause, MeanSquareRoundedOnceIsOneGroup) {
+  const auto r = one_cause_campaign("mean_square", "mutant.rmsnorm.mean_square_rounded");
+  ASSERT_EQ(r.exit_code, 1);
+  const auto groups = groups_of(r.report, "mutant.rmsnorm.mean_square_rounded");
+  ASSERT_EQ(groups.size(), 1u) << describe(groups);
+  const auto& g = groups.front();
+  std::set<std::string> classes, member_verdicts;
+  for (const auto& f : r.report.findings) classes.insert(f.shape_class);
+  for (const auto& m : g.members) member_verdicts.insert(m.verdict);
+  EXPECT_GT(classes.size(), 1u) << "the findings span several shape classes";
+  EXPECT_EQ(g.members.size(), r.report.findings.size());
+  EXPECT_EQ(g.verdict, "beyond_tolerance");
+  EXPECT_EQ(member_verdicts, (std::set<std::string>{"beyond_statistical_bound", "beyond_tolerance"}));
+  EXPECT_TRUE(g.features.empty()) << describe(groups);
+  // In words: the declared rounding points, the share of elements off them against a correct kernel's, the
+  // p-value.
+  EXPECT_NE(g.detail.find("the same cause at rounding level in"), std::string::npos) << g.detail;
+  EXPECT_NE(g.detail.find("beyond the declared rounding points (fp32 math over a sum of squares"),
+            std::string::npos)
+      << g.detail;
+  EXPECT_NE(g.detail.find("where a correct kernel puts none"), std::string::npos) << g.detail;
+  EXPECT_NE(g.detail.find("p-value"), std::string::npos) << g.detail;
+}
+
+// eps hard-coded to 1e-5: every group's cause is an eps (below 1e-5, or 0), one group for each, and the hint
+// asks whether the kernel uses the eps it is given.
+TEST(OneCause, EpsHardCodedIsAGroupPerEpsThatNamesIt) {
+  const auto r = one_cause_campaign("eps_fixed", "mutant.rmsnorm.eps_fixed");
+  ASSERT_EQ(r.exit_code, 1);
+  const auto groups = groups_of(r.report, "mutant.rmsnorm.eps_fixed");
+  ASSERT_FALSE(groups.empty());
+  std::set<std::string> eps;
+  for (const auto& g : groups) {
+    ASSERT_TRUE(has_any(g.features, {"eps < 1e-5", "eps = 0"})) << describe(groups);
+    eps.insert(has_all(g.features, {"eps = 0"}) ? "eps = 0" : "eps < 1e-5");
+    EXPECT_NE(g.detail.find("does the kernel use the eps it is given?"), std::string::npos) << g.detail;
+  }
+  EXPECT_EQ(eps.size(), groups.size()) << describe(groups);
+}
+
+// Features implied by a more specific one are left out of a cause; both stay in a case's features (a group
+// still explains every case that has its cause).
+TEST(OneCause, ImpliedFeaturesAreLeftOutOfACause) {
+  CaseSpec s;
+  s.op = OpKind::kRmsNorm;
+  s.params = RmsNormParams{};
+  s.hidden = 4096;
+  EXPECT_TRUE(has_all(case_features(s), {"H > 256", "H > 2048"}));
+  const auto cause = without_implied(case_features(s));
+  EXPECT_TRUE(has_all(cause, {"H > 2048"}));
+  EXPECT_FALSE(has_any(cause, {"H > 256"}));
+  // Each eps edit moves eps across 1e-5; eps = 0 is its own feature.
+  std::get<RmsNormParams>(s.params).eps = 1e-6;
+  EXPECT_TRUE(has_all(case_features(s), {"eps < 1e-5"}));
+  EXPECT_TRUE(has_all(case_features(*without_feature(s, "eps < 1e-5")), {"eps >= 1e-5"}));
+  std::get<RmsNormParams>(s.params).eps = 0;
+  EXPECT_FALSE(has_any(case_features(s), {"eps < 1e-5", "eps >= 1e-5"}));
+  // Head sizes that are not a multiple of 32 go to the next multiple.
+  CaseSpec a;
+  a.op = OpKind::kAttention;
+  AttentionParams p;
+  p.head_dim = 80;
+  a.params = p;
+  EXPECT_TRUE(has_all(case_features(a), {"head_dim % 32 != 0"}));
+  EXPECT_EQ(std::get<AttentionParams>(without_feature(a, "head_dim % 32 != 0")->params).head_dim, 96);
+}
+
 // A NaN group whose cause includes a mask and an inf/NaN key or value (or the poison of unused slots) says
 // that a masked key reached P.V; other groups get no such hint.
 TEST(GroupHints, MaskedInfOrNanReachingPVIsNamed) {

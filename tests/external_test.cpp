@@ -593,7 +593,8 @@ TEST(WorkerCampaign, WorkersWrappingBuiltInsGiveBitIdenticalVerdicts) {
 // out of order on every 13th, next to the built-in: the campaign completes, every fault is a finding of its
 // backend, the correct worker and the built-in agree, and nothing else is lost: each case of a faulty backend
 // was judged or skipped while its worker restarted (a restart per fault, in the background), and the report
-// says how many. (No quarantine here: with their metamorphic re-runs, these workers fault on most cases.)
+// says how many (the grouping phase's runs may add a few). (No quarantine here: with their metamorphic
+// re-runs, these workers fault on most cases.)
 TEST(WorkerCampaign, FaultyWorkersCostVerdictsNotTheCampaign) {
   Registry r;
   r.add(std::make_unique<Alias>("cpu.rmsnorm.native"));
@@ -623,8 +624,13 @@ TEST(WorkerCampaign, FaultyWorkersCostVerdictsNotTheCampaign) {
     ASSERT_GT(b.failures_by_verdict.count(verdict), 0u) << name;
     EXPECT_GT(b.passed, 0) << name;
     EXPECT_EQ(b.passed + b.failures_by_verdict.at(verdict), b.cases_run) << name;
-    // Each fault killed its worker, and each was replaced once (fault_worker starts in milliseconds).
-    EXPECT_EQ(b.worker_restarts, b.failures_by_verdict.at(verdict)) << name;
+    // Each fault killed its worker, and each was replaced once (fault_worker starts in milliseconds). The
+    // phases after discovery run the backend again, and those runs fault too: each fault group's case is run
+    // once more alone, and the backend's worst case once for its heatmap, one restart at most each.
+    const auto groups = std::count_if(result.report.groups.begin(), result.report.groups.end(),
+                                      [&](const auto& g) { return g.backend == name; });
+    EXPECT_GE(b.worker_restarts, b.failures_by_verdict.at(verdict)) << name;
+    EXPECT_LE(b.worker_restarts, b.failures_by_verdict.at(verdict) + groups + 1) << name;
     EXPECT_GT(b.restart_seconds, 0) << name;
     EXPECT_TRUE(b.quarantined.empty()) << name;
     EXPECT_EQ(b.skipped_quarantined, 0) << name;
@@ -677,12 +683,15 @@ TEST(Quarantine, ABackendThatKeepsCrashingIsQuarantinedOneThatRarelyDoesIsNot) {
   EXPECT_TRUE(rarely.error.empty()) << rarely.error;
   EXPECT_FALSE(has_error(result.report, "ext.rarely"));
 
-  // --quarantine-after 0: never.
-  const auto never = campaign(r, "ext.often", 60, "quarantine_never", {.quarantine_faults = 0});
+  // --quarantine-after 0: never. How many of its 50 crashing cases it meets, rather than skips while a worker
+  // restarts, depends on how fast workers start on this machine (a loaded 2-core machine met 5 in 20); 7 is
+  // more than the quarantine above lets through (5, and 1 in flight), and 150 cases leave room for it.
+  const auto never = campaign(r, "ext.often", 150, "quarantine_never", {.quarantine_faults = 0});
   const auto& o = report_of(never.report, "ext.often");
   EXPECT_TRUE(o.quarantined.empty());
-  EXPECT_EQ(o.cases_run + o.unsupported + o.skipped_restarting, 60);
-  EXPECT_GE(o.failures_by_verdict.at("crash"), 10);
+  EXPECT_EQ(o.skipped_quarantined, 0);
+  EXPECT_EQ(o.cases_run + o.unsupported + o.skipped_restarting, 150);
+  EXPECT_GE(o.failures_by_verdict.at("crash"), 7);
 }
 
 // The other half of the rule: a backend that ran well for a long time and then faults on every case (a GPU

@@ -37,6 +37,8 @@ std::unique_ptr<Backend> make_mutant_rmsnorm_squares_in_act();
 std::unique_ptr<Backend> make_mutant_rmsnorm_output_toward_zero();
 std::unique_ptr<Backend> make_mutant_rmsnorm_one_plus_weight_rounded();
 std::unique_ptr<Backend> make_mutant_rmsnorm_fast_rsqrt();
+std::unique_ptr<Backend> make_mutant_rmsnorm_mean_square_rounded();
+std::unique_ptr<Backend> make_mutant_rmsnorm_eps_fixed();
 
 // Mutants of attention (mutants_attention.cpp).
 std::unique_ptr<Backend> make_mutant_attn_masked_p_times_v();

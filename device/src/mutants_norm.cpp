@@ -126,4 +126,24 @@ std::unique_ptr<Backend> make_mutant_rmsnorm_output_toward_zero() {
       rmsnorm_cuda_kernel(), NormBug::kOutputTowardZero);
 }
 
+// Bugs as a user's own kernel had them (issue #22): each is one cause, and a campaign must report it as one
+// group.
+std::unique_ptr<Backend> make_mutant_rmsnorm_mean_square_rounded() {
+  return make_rmsnorm_backend(
+      mutant_info(rmsnorm_native_info(), "mutant.rmsnorm.mean_square_rounded",
+                  "forward_native with mean(x^2) rounded once to the activation dtype before the rsqrt",
+                  "variance.to(x.dtype) before torch.rsqrt: one extra rounding of the row's mean square, so "
+                  "every element of the row shifts by the same relative error, up to u_a / 2"),
+      rmsnorm_native_kernel(), NormBug::kMeanSquareRounded);
+}
+
+std::unique_ptr<Backend> make_mutant_rmsnorm_eps_fixed() {
+  return make_rmsnorm_backend(
+      mutant_info(rmsnorm_cuda_info(), "mutant.rmsnorm.eps_fixed",
+                  "rms_norm with eps hard-coded to 1e-5 whatever the layer's eps",
+                  "a kernel that ignores its eps argument (a constant from another model's config); wrong "
+                  "where mean(x^2) is small enough for eps to matter"),
+      rmsnorm_cuda_kernel(), NormBug::kEpsFixed);
+}
+
 }  // namespace driftcheck::twin

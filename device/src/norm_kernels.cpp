@@ -77,10 +77,12 @@ float fast_rsqrt(float x) {
 float inverse_rms(const RowNorm& rn, const float* z, std::int64_t h) {
   const DType acc = rn.bug == NormBug::kActAccumulation ? rn.act : DType::kF32;
   const DType squares = rn.bug == NormBug::kSquaresInAct ? rn.act : DType::kF32;
-  const float mean_square = sum_squares(z, h, rn.order, acc, squares) / static_cast<float>(h);
-  if (rn.bug == NormBug::kEpsOutsideRsqrt) return 1.0f / std::sqrt(mean_square) + rn.eps;
-  if (rn.bug == NormBug::kFastRsqrt) return fast_rsqrt(mean_square + rn.eps);
-  return 1.0f / std::sqrt(mean_square + rn.eps);
+  float mean_square = sum_squares(z, h, rn.order, acc, squares) / static_cast<float>(h);
+  if (rn.bug == NormBug::kMeanSquareRounded) mean_square = round_act(rn.act, mean_square);
+  const float eps = rn.bug == NormBug::kEpsFixed ? 1e-5f : rn.eps;
+  if (rn.bug == NormBug::kEpsOutsideRsqrt) return 1.0f / std::sqrt(mean_square) + eps;
+  if (rn.bug == NormBug::kFastRsqrt) return fast_rsqrt(mean_square + eps);
+  return 1.0f / std::sqrt(mean_square + eps);
 }
 
 // y = z * s * weight, rounded where the kernel rounds. `w` holds the weights as stored.

@@ -143,6 +143,8 @@ Registry build_registry() {
   r.add(make_mutant_rmsnorm_output_toward_zero());
   r.add(make_mutant_rmsnorm_one_plus_weight_rounded());
   r.add(make_mutant_rmsnorm_fast_rsqrt());
+  r.add(make_mutant_rmsnorm_mean_square_rounded());
+  r.add(make_mutant_rmsnorm_eps_fixed());
   r.add(make_mutant_attn_masked_p_times_v());
   r.add(make_mutant_attn_page_conversion());
   r.add(make_mutant_attn_fp8_fn_fnuz_swapped());

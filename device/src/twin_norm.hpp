@@ -78,6 +78,9 @@ enum class NormBug : std::uint8_t {
   kOnePlusWeightRounded,  // Gemma's (1 + w) formed in the activation dtype: the weight rounded once more
   kFastRsqrt,             // rsqrt from the 0x5f3759df guess and two Newton steps: up to 4.7e-6 (79 ulps) low
   kOutputTowardZero,      // y stored rounded toward zero instead of to nearest (a rounding-mode change)
+  // Found as a user's own kernel would have them (issue #22: one cause must make one group):
+  kMeanSquareRounded,  // mean(x^2) rounded once to the activation dtype before the rsqrt
+  kEpsFixed,           // eps hard-coded to 1e-5 whatever the case's eps
 };
 
 // What a norm kernel decides per case (an rmsnorm or a dual_rmsnorm_cat case), shared by its twin and its GPU

@@ -29,6 +29,7 @@ struct FuzzArgs {
   std::optional<double> seconds;
   std::optional<std::uint64_t> cases;
   std::optional<double> shrink_seconds;
+  double shrink_seconds_per_finding = CampaignOptions{}.shrink_seconds_per_finding;
   double grace_seconds = kDefaultGraceSeconds;
   int quarantine_faults = kDefaultQuarantineFaults;
   std::uint64_t seed = 1;
@@ -155,6 +156,7 @@ int fuzz_command(const FuzzArgs& a, const std::vector<std::string>& named, const
     o.backend_globs = fmt::format("{}", fmt::join(named, ","));
   o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs, o.gen.model = a.model;
   o.shrink_seconds = a.shrink_seconds, o.grace_seconds = a.grace_seconds;
+  o.shrink_seconds_per_finding = a.shrink_seconds_per_finding;
   o.quarantine_faults = a.quarantine_faults;
   o.log = a.progress.quiet ? nullptr : &err, o.progress = a.progress.style(tty);
   KnownFindings known;
@@ -230,6 +232,11 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
          "grouping phase (shrinking findings by cause) after the budget (default 25% of --seconds, at "
          "least 5 s; 0: no grouping)")
       ->check(at_least(0, false));
+  cmd.add_option(
+         "--shrink-seconds-per-finding", a.shrink_seconds_per_finding,
+         "the most the grouping phase spends on one finding (default 10 s); a run that must not depend "
+         "on the machine's speed sets it beyond what shrinking can take")
+      ->check(at_least(0, true));
   add_grace_option(cmd, a.grace_seconds);
   cmd.add_option("--quarantine-after", a.quarantine_faults,
                  "stop running a backend after N worker crashes/timeouts that are at least 1 in 10 of its "

@@ -23,11 +23,13 @@ std::int64_t round_up(std::int64_t v, std::int64_t m) {
 }
 
 // One feature: its name, whether a spec has it, and the edit that removes it (nullptr: none; the feature is
-// still reported, but ablation cannot test it).
+// still reported, but ablation cannot test it). `implies`: a broader feature every case with this one has
+// ("H > 2048" implies "H > 256"), left out of a cause that names this one.
 struct Feature {
   const char* name;
   std::function<bool(const CaseSpec&)> has;
   std::function<void(CaseSpec&)> remove;
+  const char* implies = nullptr;
 };
 
 Feature distribution(const char* name, Distribution d) {
@@ -63,6 +65,17 @@ Feature zero_eps(const char* name) {
           [](CaseSpec& s) { std::get<P>(s.params).eps = 1e-6; }};
 }
 
+// eps >= 1e-5 (`large`) or 0 < eps < 1e-5: removed by moving eps to 1e-6 or to 1e-5.
+template <class P>
+Feature eps_band(const char* name, bool large) {
+  return {name,
+          [large](const CaseSpec& s) {
+            const auto* p = std::get_if<P>(&s.params);
+            return p != nullptr && p->eps > 0 && (p->eps >= 1e-5) == large;
+          },
+          [large](CaseSpec& s) { std::get<P>(s.params).eps = large ? 1e-6 : 1e-5; }};
+}
+
 // The table. Names are in the field's words, as a kernel engineer would say what a case exercises.
 const std::vector<Feature>& features() {
   static const std::vector<Feature> table = {
@@ -81,6 +94,10 @@ const std::vector<Feature>& features() {
        [](CaseSpec& s) { s.hidden = round_up(s.hidden, 8), s.hidden_b = round_up(s.hidden_b, 8); }},
       {"H > 256", [](const CaseSpec& s) { return !is_attention(s) && s.hidden > 256; },
        [](CaseSpec& s) { s.hidden = 256, s.hidden_b = std::min<std::int64_t>(s.hidden_b, 256); }},
+      // fp16 partial sums overflow, one thread's chunk grows past a tile: causes that start at wide rows.
+      {"H > 2048", [](const CaseSpec& s) { return !is_attention(s) && s.hidden > 2048; },
+       [](CaseSpec& s) { s.hidden = 2048, s.hidden_b = std::min<std::int64_t>(s.hidden_b, 2048); },
+       "H > 256"},
       {"residual add",
        [](const CaseSpec& s) {
          const auto* p = std::get_if<RmsNormParams>(&s.params);
@@ -93,6 +110,12 @@ const std::vector<Feature>& features() {
       weight_mode<DualRmsNormCatParams>("(1 + w) weight"),
       zero_eps<RmsNormParams>("eps = 0"),
       zero_eps<DualRmsNormCatParams>("eps = 0"),
+      // Which eps: a kernel that ignores its eps argument fails on the cases whose eps is not its constant
+      // (the generator draws 1e-5, 1e-6 and 0); each edit moves eps to the other side of 1e-5.
+      eps_band<RmsNormParams>("eps < 1e-5", false),
+      eps_band<DualRmsNormCatParams>("eps < 1e-5", false),
+      eps_band<RmsNormParams>("eps >= 1e-5", true),
+      eps_band<DualRmsNormCatParams>("eps >= 1e-5", true),
       // Formats.
       {"fp16 activations", [](const CaseSpec& s) { return s.act_dtype == DType::kF16; },
        [](CaseSpec& s) {
@@ -110,6 +133,11 @@ const std::vector<Feature>& features() {
        },
        [](CaseSpec& s) { attn(s).k_scale = attn(s).v_scale = 1.0; }},
       // Attention.
+      {"head_dim % 32 != 0", [](const CaseSpec& s) { return is_attention(s) && attn(s).head_dim % 32 != 0; },
+       [](CaseSpec& s) {
+         attn(s).head_dim = round_up(attn(s).head_dim, 32);
+         if (s.q_token_pad > 0) s.q_token_pad = 2 * attn(s).num_kv_heads * attn(s).head_dim;
+       }},
       {"GQA", [](const CaseSpec& s) { return is_attention(s) && attn(s).num_q_heads > attn(s).num_kv_heads; },
        [](CaseSpec& s) { attn(s).num_q_heads = attn(s).num_kv_heads; }},
       {"block_size >= 64", [](const CaseSpec& s) { return is_attention(s) && attn(s).block_size >= 64; },
@@ -231,6 +259,14 @@ std::vector<ShapeKey> shape_buckets(const CaseSpec& s) {
           {"block size", std::to_string(p.block_size), static_cast<double>(p.block_size)},
           {"head size", std::to_string(p.head_dim), static_cast<double>(p.head_dim)},
           page};
+}
+
+std::vector<std::string> without_implied(std::vector<std::string> names) {
+  std::vector<std::string> implied;
+  for (const auto& f : features())
+    if (f.implies != nullptr && has_all(names, {f.name})) implied.emplace_back(f.implies);
+  std::erase_if(names, [&](const auto& x) { return has_all(implied, {x}); });
+  return names;
 }
 
 bool has_all(const std::vector<std::string>& have, const std::vector<std::string>& needed) {

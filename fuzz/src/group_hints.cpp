@@ -5,6 +5,16 @@
 namespace driftcheck::fuzz {
 
 std::string group_hint(std::string_view verdict, const std::vector<std::string>& features) {
+  // One side of eps = 1e-5 only (features.cpp: each edit moves eps across it): a kernel that adds an eps of
+  // its own, not the one it is given.
+  if (has_any(features, {"eps < 1e-5", "eps >= 1e-5"}) && verdict != "nan_mismatch")
+    return "fails only where eps is " +
+           std::string(has_all(features, {"eps < 1e-5"}) ? "below" : "at or above") +
+           " 1e-5 and passes when eps moves across it: does the kernel use the eps it is given?";
+  // eps = 0 only (its edit sets eps = 1e-6 on the same inputs): a kernel that clamps or replaces a zero eps.
+  if (has_all(features, {"eps = 0"}) && verdict != "nan_mismatch")
+    return "fails only where eps = 0 and passes with eps = 1e-6 on the same inputs: does the kernel use the "
+           "eps it is given?";
   if (verdict != "nan_mismatch") return {};
   // Masks over live keys: causal rows of a sequence with several queries, a sliding window.
   const bool live_mask = has_any(features, {"query_len > 1", "sliding window"});

@@ -357,9 +357,16 @@ void check_statistical(const PreparedCase& pc, const Numerics& n, Evaluation& ev
   ev.stat_p_value = s.p_value;
   if (s.p_value > kStatisticalAlpha) return;
   ev.verdict = Verdict::kBeyondStatisticalBound;
-  ev.detail = fmt::format("{}: {:.9g} vs reference {:.9g} {}; case p-value {:.3g} over {} elements",
-                          where(s.output, s.index, pc.reference.at(s.output).shape()), s.value, s.reference,
-                          s.why, s.p_value, s.elements);
+  const double share =
+      static_cast<double>(s.beyond) / static_cast<double>(std::max<std::size_t>(s.elements, 1));
+  ev.detail = fmt::format(
+      "{}: {:.9g} vs reference {:.9g} {}; {} of {} elements ({:.2g}%) lie beyond the declared rounding "
+      "points "
+      "({}), where a correct kernel puts {}; case p-value {:.3g}",
+      where(s.output, s.index, pc.reference.at(s.output).shape()), s.value, s.reference, s.why, s.beyond,
+      s.elements, 100 * share, s.rounding_points,
+      s.expected_share == 0 ? std::string("none") : fmt::format("at most {:g}%", 100 * s.expected_share),
+      s.p_value);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

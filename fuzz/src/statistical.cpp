@@ -94,6 +94,23 @@ Element attention_element(const ErrorModel& m, const Numerics& n, std::size_t i,
   return {p, s, std::sqrt(v)};
 }
 
+// The rounding points a backend declares for an output, in words (for a statistical verdict's detail).
+std::string rounding_points(const ErrorModel& m, const Numerics& n, bool norm) {
+  const std::string_view act = dtype_name(m.dtype);
+  if (norm)
+    return fmt::format(
+        "fp32 math over a sum of squares of depth {}, then {}", reduction_depth(m.row_length, n.reduction),
+        n.output_roundings < 2 ? fmt::format("one rounding to {}", act)
+                               : fmt::format("x * s rounded to {}, times w rounded again", act));
+  std::string s = "fp32 logits, softmax and P.V";
+  if (n.p_rounded) s += fmt::format(", P rounded to {}", act);
+  if (n.kv_dequant_rounded || n.kv_dequant_rounded_prefill)
+    s += fmt::format(", fp8 K/V dequantised to {}{}", act, n.kv_dequant_rounded ? "" : " in prefill rows");
+  if (n.partials_rounded) s += fmt::format(", split-KV partial outputs stored in {}", act);
+  if (n.fp8_mfma_decode) s += ", q and P in fp8 for decode MFMAs";
+  return s + fmt::format(", o rounded to {}", act);
+}
+
 }  // namespace
 
 std::int64_t reduction_depth(std::int64_t h, const ReductionShape& r) {
@@ -131,9 +148,13 @@ std::optional<ClassJudgement> judge_class(const StatisticalClass& c, std::string
   return ClassJudgement{
       tail, c.min_case,
       fmt::format(
-          "{} of {} cases of {} have a statistical p-value <= {:g} (binomial tail <= {:.3g}); the class, "
-          "not one case, is beyond the bound; most improbable: case {} (p {:.3g})",
-          c.low, c.cases, shape, kStatisticalCaseLevel, tail, c.min_case, c.min_p)};
+          "{} of {} cases of {} ({:.2g}%) have a statistical p-value <= {:g}, where a correct kernel gives "
+          "at "
+          "most {:g}% (binomial tail p <= {:.3g}); the class, not one case, is beyond the bound; most "
+          "improbable: case {} (p {:.3g})",
+          c.low, c.cases, shape,
+          100.0 * static_cast<double>(c.low) / static_cast<double>(std::max<std::int64_t>(c.cases, 1)),
+          kStatisticalCaseLevel, 100 * kStatisticalCaseLevel, tail, c.min_case, c.min_p)};
 }
 
 StatisticalResult judge_statistical(const PreparedCase& prepared, const Numerics& n, const Outputs& outputs) {
@@ -149,6 +170,9 @@ StatisticalResult judge_statistical(const PreparedCase& prepared, const Numerics
       if (!std::isfinite(ref[i]) || !std::isfinite(got[i])) continue;
       ++r.elements;
       const Element e = norm ? norm_element(m, n, i, got[i]) : attention_element(m, n, i, ref[i], got[i]);
+      if (norm ? e.p == 0 : e.p <= kStatisticalCaseLevel) ++r.beyond;
+      if (r.rounding_points.empty())
+        r.rounding_points = rounding_points(m, n, norm), r.expected_share = norm ? 0 : kStatisticalCaseLevel;
       if (e.p >= worst_p) continue;
       worst_p = e.p;
       r.output = name;

@@ -377,9 +377,9 @@ void group_details(const Report& r, const std::string& dir, std::string& h) {
           "<th>bundle</th><th>replay</th></tr>",
           g->members.size());
       for (const auto& m : g->members)
-        h += fmt::format("<tr><td>{}</td><td class=n>{}</td><td>{}</td><td><code>{}</code></td></tr>",
-                         esc(m.shape_class), m.cases, m.bundle.empty() ? "stream" : esc(m.bundle),
-                         esc(m.replay));
+        h += fmt::format("<tr><td>{}{}</td><td class=n>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+                         esc(m.shape_class), m.verdict == g->verdict ? "" : " (" + esc(m.verdict) + ")",
+                         m.cases, m.bundle.empty() ? "stream" : esc(m.bundle), esc(m.replay));
       h += "</table></details>";
     }
     h += "</details>\n";

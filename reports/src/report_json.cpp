@@ -152,7 +152,8 @@ json group_fields_json(const FindingGroup& g) {
                        {"bundle", m.bundle},
                        {"replay", m.replay},
                        {"worst_ratio", number_json(m.worst_ratio)},
-                       {"worst_case", m.worst_case}});
+                       {"worst_case", m.worst_case},
+                       {"verdict", m.verdict}});
   return {{"id", g.id},
           {"op", g.op},
           {"backend", g.backend},
@@ -212,12 +213,13 @@ FindingGroup group_from(const json& j) {
   if (j.contains("fault")) g.fault = string_field(j, "fault");
   if (j.contains("fault_reproduced") && !json_field(j, "fault_reproduced").is_null())
     g.fault_reproduced = bool_field(j, "fault_reproduced");
-  g.members = list_field(j, "members", [](const json& m) {
+  g.members = list_field(j, "members", [&g](const json& m) {
     GroupMember member{string_field(m, "id"),      string_field(m, "shape_class"), u64_field(m, "seed"),
                        u64_field(m, "case_index"), int_field(m, "cases", 0),       string_field(m, "bundle"),
                        string_field(m, "replay")};
     if (m.contains("worst_ratio"))  // version 3
       member.worst_ratio = ratio_field(m, "worst_ratio"), member.worst_case = u64_field(m, "worst_case");
+    member.verdict = m.contains("verdict") ? string_field(m, "verdict") : g.verdict;
     return member;
   });
   return g;

@@ -136,7 +136,8 @@ void markdown_groups(const Report& r, std::string& md) {
         md += fmt::format("- ... {} more members in report.json\n", g.members.size() - 5);
         break;
       }
-      md += fmt::format("- member {} ({} cases): `{}`\n", m.shape_class, m.cases, cell(m.replay));
+      md += fmt::format("- member {} ({} cases{}): `{}`\n", m.shape_class, m.cases,
+                        m.verdict == g.verdict ? "" : ", " + m.verdict, cell(m.replay));
     }
     md += "\n";
   }

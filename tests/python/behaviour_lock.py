@@ -21,7 +21,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LOCK = os.path.join(HERE, "..", "..", "golden", "behaviour.json")
 FORMAT = "driftcheck.behaviour"
 CPU = "cpu.*,mutant.rmsnorm.*,mutant.dual.*,mutant.concat.*,mutant.attn.*"
-COMMON = ["--jobs", "2", "--shrink-seconds", "600", "--progress", "none"]
+# Grouping bounded by its steps (--shrink-steps, 1000 candidates) and never by the clock, so a loaded or slow
+# (sanitised) build records the same groups.
+COMMON = ["--jobs", "2", "--shrink-seconds", "3600", "--shrink-seconds-per-finding", "3600", "--progress", "none"]
 CAMPAIGNS = {
     "seed1": ["--backend", CPU, "--cases", "240", "--seed", "1"],
     "seed2": ["--backend", CPU, "--cases", "240", "--seed", "2"],

@@ -11,9 +11,10 @@ import sys
 import time
 
 bin_, work = sys.argv[1], sys.argv[2]
-# The grouping phase gets all the time it needs: a report depends on its budget only when it runs out.
-ARGS = ["--mutants", "--backend", "mutant.*", "--cases", "360", "--seed", "3", "--shrink-seconds", "600",
-        "--progress", "none"]
+# The grouping phase, and each finding in it, gets all the time it needs (its steps bound it): a report depends
+# on its budget only when it runs out.
+ARGS = ["--mutants", "--backend", "mutant.*", "--cases", "360", "--seed", "3", "--shrink-seconds", "3600",
+        "--shrink-seconds-per-finding", "3600", "--progress", "none"]
 # What may differ between two runs of one campaign: wall-clock figures and the command line itself.
 TIMING = {"seconds", "check_seconds", "found_after_s", "first_finding_s", "reference_seconds", "command"}
 

@@ -21,6 +21,9 @@ std::vector<std::string> case_features(const CaseSpec& s);
 // edit or the spec does not have it. The result is a valid spec (materialize() accepts it).
 std::optional<CaseSpec> without_feature(const CaseSpec& s, std::string_view feature);
 
+// `names` without the features a more specific one of them implies ("H > 256" beside "H > 2048"): a cause
+// in its own words. Membership tests keep the full list (a case with H > 2048 has H > 256 too).
+std::vector<std::string> without_implied(std::vector<std::string> names);
 // Whether every feature of `needed` is in `have` (both as case_features returns them).
 bool has_all(const std::vector<std::string>& have, const std::vector<std::string>& needed);
 // Whether any feature of `these` is in `have`.

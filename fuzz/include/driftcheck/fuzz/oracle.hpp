@@ -179,6 +179,12 @@ struct StatisticalResult {
   std::int64_t index = -1;   // row-major
   double value = 0, reference = 0;
   std::string why;
+  // Elements no correct kernel with the declared numerics is likely to write (rmsnorm family: off every
+  // declared rounding point, p = 0; attention: p <= kStatisticalCaseLevel), the share of the N elements a
+  // correct kernel puts there (0, or at most that level), and the declared rounding points in words.
+  std::size_t beyond = 0;
+  double expected_share = 0;
+  std::string rounding_points;
 };
 
 // Over a campaign's cases of one shape class (section 9): a correct kernel's case p-value is at most this

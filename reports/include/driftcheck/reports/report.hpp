@@ -100,7 +100,7 @@ struct FindingReport {
   std::string id;
   std::string op;
   std::string backend;
-  std::string verdict;
+  std::string verdict = {};
   std::string shape_class;
   std::string detail;
   double worst_ratio = 0;
@@ -164,13 +164,16 @@ struct GroupMember {
   std::string replay;
   double worst_ratio = 0;  // case_ratio of its worst failing case
   std::uint64_t worst_case = 0;
+  // Its own verdict: the group's, but for rounding-level (beyond_statistical_bound) findings of a cause whose
+  // group is a beyond_tolerance one (docs/CAMPAIGN.md "One cause, one group"). Absent in JSON: the group's.
+  std::string verdict = {};
 };
 
 struct FindingGroup {
   std::string id;
   std::string op;
   std::string backend;
-  std::string verdict;
+  std::string verdict = {};
   std::vector<std::string> features;    // the cause, e.g. {"GQA", "seq_len % block_size != 0"}
   bool shrunk = false;                  // features come from a shrunk case (else: the drawn case's)
   bool confirmed = false;               // every feature was checked necessary by ablation
