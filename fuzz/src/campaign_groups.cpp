@@ -491,8 +491,8 @@ std::vector<reports::FindingGroup> merge_causes(std::vector<reports::FindingGrou
     const bool statistical = into.verdict == verdict_name(Verdict::kBeyondStatisticalBound);
     // After the representative's detail, whose first words are the oracle's hint where it has one.
     into.detail += fmt::format("; {}one cause over {} shape classes ({} failing cases, {} findings)",
-                               statistical ? "rounding-level drift, " : "", into.shape_classes.size(), into.cases,
-                               into.members.size());
+                               statistical ? "rounding-level drift, " : "", into.shape_classes.size(),
+                               into.cases, into.members.size());
   }
   std::vector<reports::FindingGroup> out;
   for (std::size_t i = 0; i < groups.size(); ++i)
