@@ -2,7 +2,7 @@
 it against the built-in cpu.concat.copy on the same cases measure what the worker protocol costs per case (the
 round trip, the arena copies, rebuilding the views, and for --tensors torch the copies to and from the device).
 
---planted-bug halves_swapped: b is copied before a (the concat order of the drafter input, DOMAIN.md section 1).
+--planted-bug halves_swapped: b is copied before a (the concat order of the drafter input).
 """
 
 import argparse

@@ -4,7 +4,9 @@ The runner gathers each sequence's keys and values through the block table into 
 (exact copies), dequantises fp8 caches as act(fp32(k) * k_scale) (the rounding `kv_dequant_rounded` declares;
 16-bit caches at scale 1 are used as they are), maps query head h to kv head h / (Hq / Hkv) by
 repeat_interleave, and calls SDPA once per sequence with the reference's visibility: causal alignment at the end
-(query j of q sits at p = L - q + j), a sliding window as a boolean mask where the backend takes one.
+(query j of q sits at p = L - q + j), a sliding window as a boolean mask where the backend takes one, the keys
+before every row's window left out (a mask is an added -inf: a NaN or infinite key or value under it would reach
+the row).
 
 Backends (--sdpa-backend) and what they compute (declared in sdpa_paged.toml):
 - MATH: with torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(False) (torch >= 2.5) the math path upcasts
@@ -22,7 +24,7 @@ lse check judges the runner's glue and the kernel is judged through o.
 Nothing in SDPA expresses a logit softcap or attention sinks: such cases are unsupported with that reason.
 
 --planted-bug gqa_modulo: kv heads expanded with repeat instead of repeat_interleave, so query head h reads kv head
-h % Hkv (the GQA mapping bug class, DOMAIN.md section 3); shows whenever Hkv > 1 and Hq > Hkv.
+h % Hkv (the GQA head-mapping bug class); shows whenever Hkv > 1 and Hq > Hkv.
 """
 
 import argparse
@@ -82,12 +84,19 @@ def attention(case):
                 raise dc.Unsupported(f"sequence {seq.index}: {seq.q_len} queries, {seq.seq_len} keys: rows before "
                                      "the first key have no SDPA convention")
             q = case.q[seq.q_start : seq.q_end]
-            k = kv_heads(dequantised(case, "k_cache", seq, p.k_scale), group)
-            v = kv_heads(dequantised(case, "v_cache", seq, p.v_scale), group)
-            o, lse = sdpa(*aligned(t.transpose(0, 1).unsqueeze(0).contiguous() for t in (q, k, v)), seq, p)
+            # Keys no row sees (before every row's window) are not passed: SDPA masks by adding -inf, so a NaN
+            # or infinite K/V there would reach every row (NaN + -inf, 0 x inf), which no kernel that skips them
+            # does. Keys masked for some rows only stay, under the mask.
+            visible = paged.visible(seq, p.causal, p.window)
+            first = int(visible.any(axis=0).argmax()) if visible.any() else 0
+            k = kv_heads(dequantised(case, "k_cache", seq, p.k_scale), group)[first:]
+            v = kv_heads(dequantised(case, "v_cache", seq, p.v_scale), group)[first:]
+            visible = visible[:, first:]
+            tensors = aligned(t.transpose(0, 1).unsqueeze(0).contiguous() for t in (q, k, v))
+            o, lse = sdpa(*tensors, seq, p, visible)
             case.o[seq.q_start : seq.q_end].copy_(o[0].transpose(0, 1))
             if lse is None:  # the public API returns none: the runner's own fp32 lse (see the docstring)
-                lse = paged.lse_fp32(q, k, p.scale, paged.visible(seq, p.causal, p.window))
+                lse = paged.lse_fp32(q, k, p.scale, visible)
             else:
                 lse = lse[0, :, : seq.q_len].transpose(0, 1)
             case.lse[seq.q_start : seq.q_end].copy_(lse)
@@ -121,14 +130,13 @@ def kv_heads(kv, group):
     return kv.repeat_interleave(group, dim=1)
 
 
-def sdpa(q, k, v, seq, p):
-    """o [1, Hq, q_len, D] and lse [1, Hq, >= q_len] (or None) of one sequence."""
+def sdpa(q, k, v, seq, p, visible):
+    """o [1, Hq, q_len, D] and lse [1, Hq, >= q_len] (or None) of one sequence; `visible` [q_len, keys passed]."""
     if BACKEND == "FLASH_ATTENTION":
         out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, p.causal, False, scale=p.scale)
         return out[0], out[1]
-    visible = paged.visible(seq, p.causal, p.window)
-    # SDPA's is_causal aligns at the top left, which is the reference's alignment only when q_len == seq_len
-    top_left = p.causal and not p.window and seq.q_len == seq.seq_len
+    # SDPA's is_causal aligns at the top left, which is the reference's alignment only when q_len == keys passed
+    top_left = p.causal and not p.window and seq.q_len == k.shape[2]
     mask = None if visible.all() or top_left else torch.as_tensor(visible, device=q.device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

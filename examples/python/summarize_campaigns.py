@@ -5,7 +5,8 @@ external/built-in rate on the same cases.
     python3 summarize_campaigns.py DIR   # reads DIR/*/report.json and DIR/*.stats, writes DIR/summary.md
 
 A backend named `*.planted_*` must have findings; any other must have run cases and have none (known findings, the
-upstream defects a twin reproduces, are not findings); one that is unavailable on the machine (no vllm, no Triton)
+upstream defects a twin reproduces, are not findings), or only findings that expected-findings.toml lists (the real
+kernel's own behaviour, each with what was seen and where); one that is unavailable on the machine (no vllm, no Triton)
 is listed with its reason. Exits 1 when any result is unexpected. Pair campaigns (DIR/pair-*/) hold an
 external and a built-in backend on the same cases with the same declared numerics, so both ran the same number
 of times per case (metamorphic reruns included): the difference of their check times divided by the external's
@@ -16,6 +17,7 @@ import glob
 import json
 import os
 import sys
+import tomllib
 
 
 def load_reports(d):
@@ -37,14 +39,44 @@ def load_stats(d, name):
             "seconds": sum(x["run"]["seconds"] for x in lines), "kernel_ms": sum(x["kernel_ms"] for x in lines)}
 
 
-def result(b, unavailable):
+def load_expected(path=os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected-findings.toml")):
+    """The listed findings of correct examples (expected-findings.toml says what each means)."""
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    if doc.get("format") != "driftcheck.example-findings" or doc.get("version") != 1:
+        sys.exit(f"{path}: not a driftcheck.example-findings file of version 1")
+    return doc.get("finding", [])
+
+
+def listing(group, expected):
+    """The id of the entry that lists a finding group, or None."""
+    for e in expected:
+        if group["backend"] not in e["backends"] or group["verdict"] not in e["verdicts"]:
+            continue
+        if not set(e.get("features", [])) <= set(group["features"]):
+            continue
+        inputs = e.get("inputs")
+        if inputs and not all(m["shape_class"].endswith(tuple(inputs)) for m in group["members"]):
+            continue
+        return e["id"]
+    return None
+
+
+def result(b, unavailable, report=None, expected=()):
     if b["name"] in unavailable:
         return "unavailable: " + unavailable[b["name"]]
     if b["cases_run"] == 0:
         return "NO CASES RUN" + (f": {b['error']}" if b["error"] else "")
     if ".planted_" in b["name"]:
         return "caught" if b["distinct_findings"] else "NOT CAUGHT"
-    return "clean" if b["distinct_findings"] == 0 else "FINDINGS"
+    if b["distinct_findings"] == 0:
+        return "clean"
+    groups = [g for g in (report or {}).get("groups", []) if g["backend"] == b["name"]]
+    ids = [listing(g, expected) for g in groups]
+    if groups and all(ids):
+        return "clean but for listed findings: " + ", ".join(sorted(set(ids)))
+    unlisted = [f"{g['verdict']} {g['features']}" for g, i in zip(groups, ids) if i is None]
+    return "FINDINGS" + (f": not listed: {'; '.join(unlisted)}" if unlisted else "")
 
 
 def worst_cell(b):
@@ -61,10 +93,16 @@ def worst_cell(b):
 
 
 def unavailable_map(r):
+    """Backends this machine cannot run (no vllm, no Triton): those the campaign listed as unavailable, and those
+    it was asked for by name, which then ran zero cases saying why ("... ran zero cases: unavailable: WHY")."""
     out = {}
     for u in r.get("unavailable", []):
         name, _, why = u.partition(":")
         out[name.strip()] = why.strip()
+    for b in r["backends"]:
+        marker = " ran zero cases: unavailable: "
+        if b["cases_run"] == 0 and marker in (b.get("error") or ""):
+            out[b["name"]] = b["error"].split(marker, 1)[1]
     return out
 
 
@@ -72,6 +110,7 @@ def campaigns_table(d, reports):
     lines = ["| backend | result | cases run | unsupported | cases/s | worst ratio | failures | top unsupported | "
              "worker ms/run (kernel) |", "|---|---|---:|---:|---:|---:|---|---|---:|"]
     unexpected = []
+    expected = load_expected()
     for name, r in reports.items():
         if name.startswith("pair-"):
             continue
@@ -79,7 +118,7 @@ def campaigns_table(d, reports):
         for b in r["backends"]:
             if not b["name"].startswith("ext."):
                 continue
-            res = result(b, unavailable)
+            res = result(b, unavailable, r, expected)
             failures = ", ".join(f"{v} {n}" for v, n in b["failures_by_verdict"].items()) or "-"
             reasons = "; ".join(f"{x['reason']} ({x['count']}x)" for x in b["top_unsupported_reasons"][:2]) or "-"
             rate = b["cases_run"] / r["seconds"] if r["seconds"] else 0.0

@@ -15,8 +15,7 @@ the halves into the output.
 
 --planted-bug residual_not_written: the residual add goes to a temporary and the updated residual is never written
 back (the residual-dropping class of vLLM PR #14464, #11672).
---planted-bug halves_swapped: the chain concatenates [norm(h), norm(e)] (the drafter input's concat order,
-DOMAIN.md section 1).
+--planted-bug halves_swapped: the chain concatenates [norm(h), norm(e)] (the drafter input's concat order).
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""A Triton fused dual RMSNorm + concat (the EAGLE3 drafter's layer-0 input, DOMAIN.md section 1), judged by
+"""A Triton fused dual RMSNorm + concat (the EAGLE3 drafter's layer-0 input), judged by
 driftcheck. Written for this example; it computes what vLLM's eagle3 fused_dual_rmsnorm_cat computes.
 
 One program per (row, half): grid (N, 2). Half 0 normalises e with w_e into out[:, :H], half 1 h with w_h into
