@@ -1,5 +1,5 @@
 """The behaviour lock: a fixed set of campaigns whose reports and bundles must stay the same bit for bit across a
-change that means to change no behaviour (a refactoring), checked against the digests in golden/behaviour.json.
+change that means to change no behaviour (a refactoring), checked against the digests in tests/python/behaviour_lock.json.
 
     behaviour_lock.py check  DRIFTCHECK FAULT_WORKER WORK_DIR   # ctest: exit 1 naming what moved
     behaviour_lock.py update DRIFTCHECK FAULT_WORKER WORK_DIR   # record the digests of this build (on purpose)
@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LOCK = os.path.join(HERE, "..", "..", "golden", "behaviour.json")
+LOCK = os.path.join(HERE, "behaviour_lock.json")
 FORMAT = "driftcheck.behaviour"
 CPU = "cpu.*,mutant.rmsnorm.*,mutant.dual.*,mutant.concat.*,mutant.attn.*"
 # Grouping bounded by its steps (--shrink-steps, 1000 candidates) and never by the clock, so a loaded or slow
