@@ -1,6 +1,6 @@
 // Generators and specs: draw_case is a pure function of (seed, index, op); specs survive JSON; every spec
-// (and every shrink of one) materialises into a case validate() accepts; the boundary shapes of DOMAIN.md
-// section 4 actually appear; values and poison are where the spec says.
+// (and every shrink of one) materialises into a case validate() accepts; the boundary shapes of
+// docs/ORACLE.md section 7 actually appear; values and poison are where the spec says.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 

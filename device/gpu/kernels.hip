@@ -59,10 +59,10 @@ __global__ void rmsnorm_kernel(RmsNormArgs a) {
   }
 }
 
-// The fused layer-0 kernel of DOMAIN.md section 1: grid (rows, 2), half 0 normalises e with w_e into columns
-// [0, H), half 1 normalises h with w_h into [H, 2H); fp32 math, weight multiplied in fp32, one rounding. The
-// plan is cpu.dual.fused's model of tl.sum (num_warps warps from next_pow2(H), 16-byte chunks per lane,
-// descending lane trees, a tree over the warp totals).
+// The fused layer-0 kernel (an EAGLE3 drafter's input: [norm(e), norm(h)]): grid (rows, 2), half 0 normalises
+// e with w_e into columns [0, H), half 1 normalises h with w_h into [H, 2H); fp32 math, weight multiplied in
+// fp32, one rounding. The plan is cpu.dual.fused's model of tl.sum (num_warps warps from next_pow2(H),
+// 16-byte chunks per lane, descending lane trees, a tree over the warp totals).
 __global__ void dual_rmsnorm_cat_kernel(DualArgs a) {
   __shared__ float slots[kMaxBlockWarps];
   const std::int64_t row = blockIdx.x;

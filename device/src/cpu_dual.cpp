@@ -1,5 +1,5 @@
-// The layer-0 pair (DOMAIN.md section 1): the fused dual RMSNorm + concat kernel and the unfused chain it
-// replaced, plus the concat copy kernel.
+// The layer-0 pair (an EAGLE3 drafter's first layer input): the fused dual RMSNorm + concat kernel and the
+// unfused chain it replaced, plus the concat copy kernel.
 #include "builtin.hpp"
 #include "twin_norm.hpp"
 

@@ -1,5 +1,5 @@
-// RMSNorm twins (DOMAIN.md section 2): vLLM's forward_native, the csrc rms_norm kernel and the in-place
-// fused_add_rms_norm kernel.
+// RMSNorm twins (docs/BACKENDS.md "RMSNorm family"): vLLM's forward_native, the csrc rms_norm kernel and the
+// in-place fused_add_rms_norm kernel.
 #include "builtin.hpp"
 #include "twin_norm.hpp"
 

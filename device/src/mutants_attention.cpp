@@ -55,7 +55,7 @@ std::unique_ptr<Backend> make_mutant_attn_unscaled_split_merge() {
 std::unique_ptr<Backend> make_mutant_attn_gqa_modulo() {
   return triton_mutant("mutant.attn.gqa_modulo",
                        "query head h reads kv head h % Hkv instead of h / (Hq / Hkv)",
-                       "GQA head mapping off (DOMAIN.md section 3 mapping)", AttnBug::kGqaModulo);
+                       "GQA head mapping off (h % Hkv for h / (Hq / Hkv))", AttnBug::kGqaModulo);
 }
 
 std::unique_ptr<Backend> make_mutant_attn_causal_off_by_one() {

@@ -25,16 +25,15 @@ std::unique_ptr<Backend> make_mutant_rmsnorm_eps_outside_rsqrt() {
   return make_rmsnorm_backend(
       mutant_info(rmsnorm_cuda_info(), "mutant.rmsnorm.eps_outside_rsqrt",
                   "rms_norm computing rsqrt(mean(x^2)) + eps: wrong when mean(x^2) is near eps or 0",
-                  "eps misplaced outside the rsqrt (DOMAIN.md section 2 formula); blows up on tiny rows"),
+                  "eps misplaced outside the rsqrt (y = x * rsqrt(mean(x^2) + eps)); blows up on tiny rows"),
       rmsnorm_cuda_kernel(), NormBug::kEpsOutsideRsqrt);
 }
 
 std::unique_ptr<Backend> make_mutant_rmsnorm_act_accumulation() {
   return make_rmsnorm_backend(
-      mutant_info(
-          rmsnorm_cuda_info(), "mutant.rmsnorm.act_accumulation",
-          "rms_norm accumulating the sum of squares in the activation dtype (bf16/fp16), not fp32",
-          "reduction below fp32 (DOMAIN.md section 2: reductions in fp32); the sum stagnates for wide rows"),
+      mutant_info(rmsnorm_cuda_info(), "mutant.rmsnorm.act_accumulation",
+                  "rms_norm accumulating the sum of squares in the activation dtype (bf16/fp16), not fp32",
+                  "reduction below fp32 (real kernels reduce in fp32); the sum stagnates for wide rows"),
       rmsnorm_cuda_kernel(), NormBug::kActAccumulation);
 }
 
@@ -72,18 +71,16 @@ std::unique_ptr<Backend> make_mutant_dual_weight_rounded_early() {
 
 std::unique_ptr<Backend> make_mutant_dual_halves_swapped() {
   return make_dual_backend(
-      mutant_info(
-          dual_fused_info(), "mutant.dual.halves_swapped",
-          "fused dual norm writing norm(h) into the first half and norm(e) into the second",
-          "concat order of [input_layernorm(embeds), hidden_norm(hidden)] swapped (DOMAIN.md section 1)"),
+      mutant_info(dual_fused_info(), "mutant.dual.halves_swapped",
+                  "fused dual norm writing norm(h) into the first half and norm(e) into the second",
+                  "concat order of [input_layernorm(embeds), hidden_norm(hidden)] swapped"),
       dual_fused_kernel(), NormBug::kHalvesSwapped);
 }
 
 std::unique_ptr<Backend> make_mutant_concat_halves_swapped() {
   return make_concat_backend(
       mutant_info(concat_copy_info(), "mutant.concat.halves_swapped", "concat writing b before a",
-                  "concat operand order swapped (structurally wrong drafter input, DOMAIN.md "
-                  "section 1)"),
+                  "concat operand order swapped (structurally wrong drafter input)"),
       NormBug::kHalvesSwapped);
 }
 

@@ -111,7 +111,7 @@ namespace {
 Registry build_registry() {
   using namespace twin;
   Registry r;
-  // CPU twins (DOMAIN.md sections 2 and 3).
+  // CPU twins (docs/BACKENDS.md).
   r.add(make_cpu_rmsnorm_native());
   r.add(make_cpu_rmsnorm_cuda());
   r.add(make_cpu_rmsnorm_cuda_onecast());

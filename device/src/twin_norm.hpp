@@ -9,7 +9,7 @@
 
 namespace driftcheck::twin {
 
-// Where and how a norm kernel rounds (DOMAIN.md section 2).
+// Where and how a norm kernel rounds (docs/BACKENDS.md "RMSNorm family").
 enum class NormRounding : std::uint8_t {
   kTwoRoundings,  // act(act(x * s) * w): vLLM forward_native and the csrc rms_norm kernels
   kFp32Weight,  // act(x * s * w) with the weight multiplied in fp32: one rounding (fused dual kernel, Gemma)

@@ -184,7 +184,7 @@ const std::vector<Feature>& features() {
        [](CaseSpec& s) { s.block_table_seed = 0; }},
       {"spare pages", [](const CaseSpec& s) { return is_attention(s) && s.spare_blocks > 0; },
        [](CaseSpec& s) { s.spare_blocks = 0; }},
-      // Attention layouts (DOMAIN.md: vLLM's persistent block table, fused qkv, K and V in one tensor).
+      // Attention layouts (vLLM's persistent block table, fused qkv, K and V in one tensor).
       {"block table row stride != blocks",
        [](const CaseSpec& s) { return is_attention(s) && s.table_pad_cols > 0; },
        [](CaseSpec& s) { s.table_pad_cols = 0; }},

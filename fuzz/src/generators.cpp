@@ -1,8 +1,8 @@
-// Case generators: RapidCheck combinators weighted towards the boundaries of DOMAIN.md section 4, with sizes
-// kept small in most cases so that a campaign checks >= 1000 backend-cases per second on two cores. Every
-// value is drawn inside rc::gen::exec in dependency order (a query length after its sequence length, a width
-// cap after the row count), so every shrink RapidCheck tries replays the same constraints and stays a valid
-// spec.
+// Case generators: RapidCheck combinators weighted towards the boundaries real kernels break at
+// (docs/ORACLE.md section 7), with sizes kept small in most cases so that a campaign checks >= 1000
+// backend-cases per second on two cores. Every value is drawn inside rc::gen::exec in dependency order (a
+// query length after its sequence length, a width cap after the row count), so every shrink RapidCheck tries
+// replays the same constraints and stays a valid spec.
 #include <algorithm>
 #include <cmath>
 #include <mutex>
@@ -143,7 +143,7 @@ AttnShape draw_attn_shape() {
   using I = std::int64_t;
   AttnShape a{};
   a.kv_heads = *weightedElement<I>({{4, 1}, {3, 2}, {2, 4}, {1, 8}});
-  a.ratio = *weightedElement<I>({{3, 1}, {1, 2}, {3, 4}, {1, 8}, {1, 16}});  // GQA ratios of DOMAIN.md 4
+  a.ratio = *weightedElement<I>({{3, 1}, {1, 2}, {3, 4}, {1, 8}, {1, 16}});  // GQA ratios of real models
   // 512: aiter unified attention's widest tiles (prefill tile 16, 2D for every prefill, 3D at occupancy 2).
   a.head_dim =
       *weightedElement<I>({{4, 64}, {3, 128}, {1, 16}, {1, 32}, {1, 80}, {1, 96}, {1, 256}, {1, 512}});

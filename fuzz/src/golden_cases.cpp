@@ -1,4 +1,4 @@
-// The golden cases: the configurations the incident and the seeds' kernels run (DOMAIN.md), plus the edges a
+// The golden cases: the configurations the incident and the seeds' kernels run, plus the edges a
 // reference most easily gets wrong. Changing one of these is a `driftcheck golden update` on purpose.
 #include <cmath>
 

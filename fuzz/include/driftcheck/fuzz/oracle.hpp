@@ -1,4 +1,4 @@
-// The oracle: turns a backend's run of a case into a verdict with metrics. Order of checks (DESIGN.md):
+// The oracle: turns a backend's run of a case into a verdict with metrics. Order of checks (docs/ORACLE.md):
 // error -> guard bands and unchanged inputs -> NaN/Inf policy -> metrics -> tolerance -> metamorphic
 // contracts. Every tolerance is derived in docs/ORACLE.md from the backend's declared Numerics, the error
 // model and the same-precision naive baseline with a floor.
@@ -250,11 +250,11 @@ struct PairDivergence {
 PairDivergence pair_divergence(const Outputs& a, const Tolerances& tol_a, const Outputs& b,
                                const Tolerances& tol_b);
 
-// Fused vs unfused chains (dual_rmsnorm_cat against rmsnorm + concat, DOMAIN.md section 1): two correct
-// chains differ by rounding order only, so each element may differ by at most the sum of the two backends'
-// tolerances against the reference (triangle inequality through the reference). kFusedUnfusedDrift beyond
-// that; kPass otherwise (a NaN/inf disagreement also drifts). Metrics describe |fused - unfused| against that
-// sum.
+// Fused vs unfused chains (dual_rmsnorm_cat against rmsnorm + concat: the drafter's layer-0 input): two
+// correct chains differ by rounding order only, so each element may differ by at most the sum of the two
+// backends' tolerances against the reference (triangle inequality through the reference). kFusedUnfusedDrift
+// beyond that; kPass otherwise (a NaN/inf disagreement also drifts). Metrics describe |fused - unfused|
+// against that sum.
 Evaluation compare_fused_unfused(const PreparedCase& prepared, const Outputs& fused,
                                  const Numerics& fused_numerics, const Outputs& unfused,
                                  const Numerics& unfused_numerics);

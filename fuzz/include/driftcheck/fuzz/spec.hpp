@@ -17,7 +17,7 @@
 
 namespace driftcheck::fuzz {
 
-// Value distributions of DOMAIN.md section 4.
+// Value distributions: where real kernels lose precision or overflow (docs/ORACLE.md section 7).
 enum class Distribution : std::uint8_t {
   kNormal,           // N(0, 1)
   kOutlierChannels,  // a few channels 100x larger, as real activations have
