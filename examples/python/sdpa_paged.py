@@ -114,7 +114,7 @@ def aligned(tensors):
     """The fused backends need 16-byte aligned data pointers and torch's dispatcher does not check them: on the
     H200 (torch 2.11) a misaligned q view (a decode row, which .contiguous() does not copy) made EFFICIENT raise
     "p.query_ptr is not correctly aligned" and CUDNN and FLASH fault with a sticky "misaligned address"
-    (docs/gpu/h200-4197d19-external-examples.md). Such a case is declined with that reason; MATH takes any view."""
+    (docs/results/gpu/h200-4197d19-external-examples.md). Such a case is declined with that reason; MATH takes any view."""
     tensors = list(tensors)
     if BACKEND != "MATH":
         for name, t in zip("qkv", tensors):

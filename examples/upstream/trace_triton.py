@@ -4,7 +4,7 @@
     python3 examples/upstream/trace_triton.py --driftcheck .device-bin/driftcheck --out $OUT
 
 It runs `driftcheck compare <variant> cpu.attn.triton_unified --seed 8 --outputs o` on the cases that differed by
-more than 1 ulp in the recorded H200 comparison (docs/gpu/h200-e8bf048-upstream-attn.md; --cases to choose
+more than 1 ulp in the recorded H200 comparison (docs/results/gpu/h200-e8bf048-upstream-attn.md; --cases to choose
 others), for five variants of the real kernel, each a worker that runs examples/upstream/vllm_upstream.py
 unchanged on its own copy of the upstream files (made at run time in a temporary folder, never committed):
 
@@ -43,7 +43,7 @@ import numpy as np
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 RUNNER = HERE / "vllm_upstream.py"
-RECORDED = REPO / "docs" / "gpu" / "h200-e8bf048-upstream-attn.md"
+RECORDED = REPO / "docs" / "results" / "gpu" / "h200-e8bf048-upstream-attn.md"
 KERNEL = "vllm/v1/attention/ops/triton_unified_attention.py"
 HELPERS = "vllm/v1/attention/ops/triton_quant_kv/_helpers.py"
 TRACE_MODULE = "vllm/v1/attention/ops/_driftcheck_trace.py"
