@@ -1,8 +1,8 @@
-// Exchange manifests (driftcheck.exchange v2 and v1, docs/EXCHANGE.md): any text is either refused as a whole with
-// an ExchangeError or read entry by entry, a malformed entry becoming one error line; each entry read is then
-// decoded into a case (its layout against zero-filled storages of at most 1 MiB, as check does against the
-// case file's bytes) and validated, failing only with the documented exceptions. Never a crash, a hang or a
-// huge allocation.
+// Exchange manifests (driftcheck.exchange v2 and v1, docs/EXCHANGE.md): any text is either refused as a whole
+// with an ExchangeError or read entry by entry, a malformed entry becoming one error line; each entry read is
+// then decoded into a case (its layout against zero-filled storages of at most 1 MiB, as check does against
+// the case file's bytes) and validated, failing only with the documented exceptions. Never a crash, a hang or
+// a huge allocation.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
