@@ -303,9 +303,9 @@ TEST(KnownFindings, AKernelFromOutsideIsExplainedThroughItsTwinOnlyWhereItComput
   }
 }
 
-// The one H200 case the strict agreement left unmatched (docs/results/gpu/h200-4d4623e-run11.md: seed 1, case 863 on
-// ROCM_ATTN's real kernels): the kernel equals the twin except in a few elements of o, worst o[11121] =
-// -0.00262451171875 where the twin has -0.0027313232421875 (7 bf16 ulps, in a row the defects took far from
+// The one H200 case the strict agreement left unmatched (docs/results/gpu/h200-4d4623e-run11.md: seed 1, case
+// 863 on ROCM_ATTN's real kernels): the kernel equals the twin except in a few elements of o, worst o[11121]
+// = -0.00262451171875 where the twin has -0.0027313232421875 (7 bf16 ulps, in a row the defects took far from
 // the reference). With that measured value put into the twin's outputs, the strict bound disagrees and the
 // bound for weights rounded the other way agrees.
 TEST(KnownFindings, TheH200CaseOfWeightsRoundedTheOtherWayIsMatched) {
