@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "campaign_files.hpp"
-#include "driftcheck/reports/file_io.hpp"
+#include "driftcheck/files/file_io.hpp"
 #include "driftcheck/reports/report.hpp"
 #include "driftcheck_process.hpp"
 
@@ -116,7 +116,7 @@ void expect_disk_full_then_resume(const fs::path& dir, const Outcome& full) {
 }
 
 TEST(DiskFull, InjectedAtManyPointsTheRunStopsCleanlyAndResumeFinishesIt) {
-  if (!reports::fault_injection_available()) GTEST_SKIP() << "built without DRIFTCHECK_FAULT_INJECTION";
+  if (!files::fault_injection_available()) GTEST_SKIP() << "built without DRIFTCHECK_FAULT_INJECTION";
   std::uintmax_t total = 0;
   for (const auto& e : fs::recursive_directory_iterator(reference()))
     if (e.is_regular_file()) total += e.file_size();
@@ -436,7 +436,7 @@ TEST(Signals, AClosedStderrDoesNotKillTheRunOrLoseTheReport) {
 // Threads that cannot be created
 
 TEST(Threads, NoWorkerThreadAtAllIsExitThreeWithAReport) {
-  if (!reports::fault_injection_available()) GTEST_SKIP() << "built without DRIFTCHECK_FAULT_INJECTION";
+  if (!files::fault_injection_available()) GTEST_SKIP() << "built without DRIFTCHECK_FAULT_INJECTION";
   const auto dir = fresh("no_threads");
   const Outcome r = run(fuzz_args(dir), with_env("DRIFTCHECK_FAULT_THREADS=0"));
   EXPECT_EQ(r.code, 3) << r.err;
@@ -445,7 +445,7 @@ TEST(Threads, NoWorkerThreadAtAllIsExitThreeWithAReport) {
 }
 
 TEST(Threads, FewerThreadsThanAskedStillRunTheWholeCampaign) {
-  if (!reports::fault_injection_available()) GTEST_SKIP() << "built without DRIFTCHECK_FAULT_INJECTION";
+  if (!files::fault_injection_available()) GTEST_SKIP() << "built without DRIFTCHECK_FAULT_INJECTION";
   const auto dir = fresh("one_thread");
   auto args = fuzz_args(dir);
   args[6] = "4";  // --jobs 4, one of which starts

@@ -15,12 +15,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/files/json_fields.hpp"
 #include "driftcheck/fuzz/gate_baseline.hpp"
 #include "driftcheck/fuzz/gate_config.hpp"
 #include "driftcheck/fuzz/input_error.hpp"
 #include "driftcheck/reports/drift.hpp"
 #include "driftcheck/reports/gate_report.hpp"
-#include "driftcheck/reports/json_fields.hpp"
 #include "expect_error.hpp"
 
 namespace driftcheck::fuzz {
@@ -96,7 +96,7 @@ TEST(DriftStats, CountsOfTheWrongKindAreFieldErrors) {
                                 const std::string& message) {
     nlohmann::json j = good;
     edit(j);
-    testing::expect_error_message<reports::FieldError>([&] { reports::drift_stats_from_json(j); }, message);
+    testing::expect_error_message<files::FieldError>([&] { reports::drift_stats_from_json(j); }, message);
   };
   using J = nlohmann::json;
   expect_error([](J& j) { j["cases"] = 4.44e68; }, "field 'cases': expected an integer, got number");

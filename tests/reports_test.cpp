@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/files/json_text.hpp"
 #include "driftcheck/reports/gate_report.hpp"
 #include "driftcheck/reports/html.hpp"
-#include "driftcheck/reports/json_text.hpp"
 #include "driftcheck/reports/numbers.hpp"
 #include "driftcheck/reports/report.hpp"
 #include "driftcheck/reports/report_set.hpp"
@@ -23,6 +23,12 @@
 
 namespace driftcheck::reports {
 namespace {
+
+using files::json_text;
+using files::number_from_json;
+using files::number_json;
+using files::read_number_json;
+using files::write_file_atomic;
 
 BackendReport backend(const std::string& name, const std::string& kind, std::int64_t run,
                       std::int64_t unsupported, std::int64_t passed, double worst) {

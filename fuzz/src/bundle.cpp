@@ -13,15 +13,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "driftcheck/files/file_io.hpp"
+#include "driftcheck/files/json_text.hpp"
 #include "driftcheck/fuzz/json_fields.hpp"
 #include "driftcheck/fuzz/sha256.hpp"
-#include "driftcheck/reports/file_io.hpp"
-#include "driftcheck/reports/json_text.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
 
-using reports::number_json;
+using files::number_json;
 
 static_assert(std::endian::native == std::endian::little,
               "tensor files are written in host order: little-endian");
@@ -162,7 +162,7 @@ void write_tensors(const std::filesystem::path& path, const Case& c) {
     for (auto s : t->strides()) w.put<std::int64_t>(s);
     w.put<std::int64_t>(t->offset());
   }
-  reports::write_file_atomic(path, w.str());
+  files::write_file_atomic(path, w.str());
 }
 
 namespace {
@@ -317,12 +317,12 @@ void make_fresh_dir(const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   if (!ec) std::filesystem::create_directories(dir, ec);
-  if (ec) reports::throw_io_error(ec.value(), "cannot create directory", dir);
+  if (ec) files::throw_io_error(ec.value(), "cannot create directory", dir);
 }
 
 void rename_or_throw(const std::filesystem::path& from, const std::filesystem::path& to) {
   if (::rename(from.c_str(), to.c_str()) != 0)
-    reports::throw_io_error(errno, "cannot rename " + from.string() + " to", to);
+    files::throw_io_error(errno, "cannot rename " + from.string() + " to", to);
 }
 
 // Puts the complete bundle `tmp` in place of `dir`. Where the filesystem can, one renameat2(RENAME_EXCHANGE)
@@ -336,7 +336,7 @@ void replace_dir(const std::filesystem::path& tmp, const std::filesystem::path& 
     std::filesystem::remove_all(tmp, ec);
     return;
   }
-  if (errno != EINVAL && errno != ENOSYS) reports::throw_io_error(errno, "cannot replace", dir);
+  if (errno != EINVAL && errno != ENOSYS) files::throw_io_error(errno, "cannot replace", dir);
   const std::filesystem::path old = dir.string() + ".old";
   std::filesystem::remove_all(old, ec);
   rename_or_throw(dir, old);
@@ -394,10 +394,10 @@ void write_bundle(const std::filesystem::path& dir, const CaseSpec& spec, const 
                                     {"tensors", tensor_layout_json(pristine)}};
   try {
     make_fresh_dir(tmp);
-    reports::write_file_atomic(tmp / "case.json", reports::json_text(case_json, 2) + "\n");
+    files::write_file_atomic(tmp / "case.json", files::json_text(case_json, 2) + "\n");
     write_tensors(tmp / "tensors.bin", pristine);
-    reports::write_file_atomic(tmp / "finding.json",
-                               reports::json_text(finding_json(finding, spec.op), 2) + "\n");
+    files::write_file_atomic(tmp / "finding.json",
+                             files::json_text(finding_json(finding, spec.op), 2) + "\n");
     replace_dir(tmp, dir);
   } catch (...) {
     std::error_code ec;

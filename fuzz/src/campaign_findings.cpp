@@ -5,11 +5,11 @@
 
 #include <fmt/format.h>
 
+#include "driftcheck/files/file_io.hpp"
+#include "driftcheck/files/json_text.hpp"
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/json_fields.hpp"
-#include "driftcheck/reports/file_io.hpp"
-#include "driftcheck/reports/json_text.hpp"
 
 namespace driftcheck::fuzz {
 
@@ -35,12 +35,12 @@ json metrics_json(const Evaluation& e) {
   const OutputMetrics* worst = worst_metrics(e);
   return {{"verdict", verdict_name(e.verdict)},
           {"detail", e.detail},
-          {"worst_ratio", reports::number_json(e.worst_ratio)},
+          {"worst_ratio", files::number_json(e.worst_ratio)},
           {"worst_output", worst ? worst->output : ""},
-          {"worst_output_ratio", reports::number_json(worst ? worst->worst_ratio : 0)},
-          {"worst_value", reports::number_json(worst ? worst->worst_value : 0)},
-          {"worst_reference", reports::number_json(worst ? worst->worst_reference : 0)},
-          {"worst_tolerance", reports::number_json(worst ? worst->worst_tolerance : 0)}};
+          {"worst_output_ratio", files::number_json(worst ? worst->worst_ratio : 0)},
+          {"worst_value", files::number_json(worst ? worst->worst_value : 0)},
+          {"worst_reference", files::number_json(worst ? worst->worst_reference : 0)},
+          {"worst_tolerance", files::number_json(worst ? worst->worst_tolerance : 0)}};
 }
 
 // The representative's evaluation as the report needs it: detail, worst ratio and its worst element.
@@ -211,7 +211,7 @@ void Findings::keep_lowest_drawn_bundles() {
       if (!f.bundled && !std::filesystem::exists(dir)) continue;
       std::error_code ec;
       std::filesystem::remove_all(dir, ec);
-      if (ec) reports::throw_io_error(ec.value(), "cannot remove", dir);
+      if (ec) files::throw_io_error(ec.value(), "cannot remove", dir);
       f.bundled = false, f.report.bundle.clear(), f.report.shape.clear();
       f.report.replay = stream_replay(f.report);
       journal_->append({{"type", "unbundle"}, {"id", f.report.id}, {"replay", f.report.replay}});
@@ -300,7 +300,7 @@ bool Findings::add(const std::string& signature, const reports::FindingReport& r
                     {"verdict", report.verdict},
                     {"shape_class", report.shape_class},
                     {"detail", report.detail},
-                    {"worst_ratio", reports::number_json(report.worst_ratio)},
+                    {"worst_ratio", files::number_json(report.worst_ratio)},
                     {"seed", report.seed},
                     {"case_index", report.case_index},
                     {"found_after_s", report.found_after_s},
@@ -347,7 +347,7 @@ void Findings::save_bundle(const std::string& signature, const Backend& b, const
                     {"bundle", rel},
                     {"replay", rec.replay},
                     {"detail", f.report.detail},
-                    {"worst_ratio", reports::number_json(f.report.worst_ratio)},
+                    {"worst_ratio", files::number_json(f.report.worst_ratio)},
                     {"shape", rec.shape},
                     {"bundle_shape_class", rec.shape_class}});
 }

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "driftcheck/files/json_text.hpp"
 #include "driftcheck/fuzz/json_fields.hpp"
-#include "driftcheck/reports/json_text.hpp"
 
 namespace driftcheck::fuzz {
 
@@ -90,7 +90,7 @@ void apply_header(const json& header, CampaignOptions& opts, const std::string& 
 json progress_record(const Checkpoint& c) {
   return {{"type", "progress"},
           {"completed", c.completed},
-          {"elapsed_s", reports::number_json(c.elapsed_s)},
+          {"elapsed_s", files::number_json(c.elapsed_s)},
           {"stats", c.stats.to_json()}};
 }
 

@@ -5,15 +5,15 @@
 
 #include <fmt/format.h>
 
+#include "driftcheck/files/json_text.hpp"
 #include "driftcheck/fuzz/features.hpp"
 #include "driftcheck/fuzz/json_fields.hpp"
-#include "driftcheck/reports/json_text.hpp"
 #include "driftcheck/reports/numbers.hpp"
 
 namespace driftcheck::fuzz {
 
+using files::number_json;
 using nlohmann::json;
-using reports::number_json;
 
 namespace {
 

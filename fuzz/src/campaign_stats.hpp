@@ -18,8 +18,8 @@
 namespace driftcheck::fuzz {
 
 // Non-finite numbers (a NaN output has an infinite error ratio) survive the journal as strings.
-using reports::number_from_json;
-using reports::number_json;
+using files::number_from_json;
+using files::number_json;
 
 // Unsupported reasons may embed case parameters ("block_size 544: ..."); keeping only the most frequent ones
 // keeps checkpoints and memory flat over long campaigns.

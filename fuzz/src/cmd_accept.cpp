@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "driftcheck/files/json_text.hpp"
 #include "driftcheck/fuzz/accept.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
-#include "driftcheck/reports/json_text.hpp"
 #include "driftcheck/reports/report.hpp"
 
 namespace driftcheck::fuzz {
@@ -39,14 +39,14 @@ int accept_command(const AcceptArgs& a, const CliContext& ctx) {
   o.progress = a.progress.style(ctx.err_is_tty);
   const reports::AcceptReport r = run_accept(o);
   const std::string md = reports::to_markdown(r);
-  const std::string json = reports::json_text(reports::to_json(r), 2) + "\n";
+  const std::string json = files::json_text(reports::to_json(r), 2) + "\n";
   if (!a.out_dir.empty()) {
     std::filesystem::create_directories(a.out_dir);
-    reports::write_file_atomic(std::filesystem::path(a.out_dir) / "accept.json", json);
-    reports::write_file_atomic(std::filesystem::path(a.out_dir) / "accept.md", md);
+    files::write_file_atomic(std::filesystem::path(a.out_dir) / "accept.json", json);
+    files::write_file_atomic(std::filesystem::path(a.out_dir) / "accept.md", md);
   }
-  if (!a.json_file.empty()) reports::write_file_atomic(a.json_file, json);
-  if (!a.markdown_file.empty()) reports::write_file_atomic(a.markdown_file, md);
+  if (!a.json_file.empty()) files::write_file_atomic(a.json_file, json);
+  if (!a.markdown_file.empty()) files::write_file_atomic(a.markdown_file, md);
   ctx.out << md;
   if (!a.progress.quiet) ctx.err << fmt::format("accept: {:.1f} s\n", r.seconds);
   return r.exit_code;

@@ -40,7 +40,7 @@ std::string case_lines(const CompareResult& r) {
 
 int compare_command(const CompareArgs& a, const CliContext& ctx) {
   const CompareResult r = compare_backends(a.opts);
-  if (!a.json_file.empty()) reports::write_file_atomic(a.json_file, case_lines(r));
+  if (!a.json_file.empty()) files::write_file_atomic(a.json_file, case_lines(r));
   ctx.out << compare_markdown(a.opts, r);
   return 0;  // a measurement: the summary says what differs
 }

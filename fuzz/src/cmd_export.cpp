@@ -5,11 +5,11 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "driftcheck/files/json_text.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/cli.hpp"
 #include "driftcheck/fuzz/exchange.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
-#include "driftcheck/reports/json_text.hpp"
 #include "exchange_files.hpp"
 
 namespace driftcheck::fuzz {
@@ -66,7 +66,7 @@ void export_cases(const ExportOptions& o) {
                             {"new_kv", export_new_kv_name(o.new_kv)},
                             {"cases", entries}};
   // Written last: a directory without a manifest is an export that did not finish.
-  reports::write_file_atomic(manifest, reports::json_text(j, 1) + "\n");
+  files::write_file_atomic(manifest, files::json_text(j, 1) + "\n");
   if (o.log) {
     *o.log << fmt::format("{} cases in {}\n", o.cases, o.out_dir.string());
     if (differing > 0)

@@ -56,10 +56,10 @@ int report_command(const ReportArgs& a, const CliContext& ctx) {
     const auto lib = reports::load_plot_library(reports::default_vega_dir(), &why);
     // Without the plotting library the report is still worth having: tables, with a note that says why.
     if (!lib) ctx.err << "driftcheck: report without plots: " << why << "\n";
-    reports::write_file_atomic(html, reports::to_html(set, lib ? &*lib : nullptr, why));
+    files::write_file_atomic(html, reports::to_html(set, lib ? &*lib : nullptr, why));
   }
-  if (!a.markdown.empty()) reports::write_file_atomic(a.markdown, reports::to_markdown(set));
-  if (!a.json.empty()) reports::write_file_atomic(a.json, reports::to_json(set).dump(2) + "\n");
+  if (!a.markdown.empty()) files::write_file_atomic(a.markdown, reports::to_markdown(set));
+  if (!a.json.empty()) files::write_file_atomic(a.json, reports::to_json(set).dump(2) + "\n");
   int code = 0;
   for (const auto& run : set.runs)
     if (reports::exit_code_of(run) != 0) code = 1;

@@ -51,7 +51,7 @@ bool create_or_check(const fs::path& corpus) {
   if (fs::exists(corpus) && !fs::is_empty(corpus))
     fail(corpus, fmt::format("not empty and has no {}: not a driftcheck corpus", kMarker));
   fs::create_directories(corpus);
-  reports::write_file_atomic(
+  files::write_file_atomic(
       corpus / kMarker,
       nlohmann::json{{"format", kCorpusFormatName}, {"format_version", kCorpusFormatVersion}}.dump(2) + "\n");
   return true;
@@ -92,7 +92,7 @@ CorpusAdd corpus_add(const fs::path& corpus, const fs::path& bundle) {
   // finding.json is provenance (not part of the address): its replay command now names the entry itself.
   auto finding = nlohmann::json::parse(slurp(tmp / "finding.json"));
   finding["replay"] = fmt::format("driftcheck replay {}", dest.string());
-  reports::write_file_atomic(tmp / "finding.json", finding.dump(2) + "\n");
+  files::write_file_atomic(tmp / "finding.json", finding.dump(2) + "\n");
   fs::rename(tmp, dest);
   r.added = true;
   return r;

@@ -256,11 +256,11 @@ int exit_code_of(const GateReport& r, bool internal_error) {
 
 void write_outputs(const GateReport& r, const GateOptions& o) {
   const std::string md = reports::to_markdown(r), junit = reports::to_junit(r);
-  reports::write_file_atomic(o.out_dir / "gate.json", reports::to_json(r).dump(2) + "\n");
-  reports::write_file_atomic(o.out_dir / "summary.md", md);
-  reports::write_file_atomic(o.out_dir / "junit.xml", junit);
-  if (o.junit) reports::write_file_atomic(*o.junit, junit);
-  if (o.summary) reports::write_file_atomic(*o.summary, md);
+  files::write_file_atomic(o.out_dir / "gate.json", reports::to_json(r).dump(2) + "\n");
+  files::write_file_atomic(o.out_dir / "summary.md", md);
+  files::write_file_atomic(o.out_dir / "junit.xml", junit);
+  if (o.junit) files::write_file_atomic(*o.junit, junit);
+  if (o.summary) files::write_file_atomic(*o.summary, md);
   // GitHub Actions shows what a step appends to this file as the job summary.
   if (const char* step_summary = std::getenv("GITHUB_STEP_SUMMARY");
       step_summary != nullptr && *step_summary) {

@@ -22,9 +22,9 @@
 namespace driftcheck::fuzz {
 namespace {
 
+using files::number_json;
 using nlohmann::json;
 using reports::BaselineChange;
-using reports::number_json;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -216,7 +216,7 @@ void write_baseline(const std::filesystem::path& path, const Baseline& b) {
                      {"stream", b.stream},
                      {"history", history},
                      {"entries", entries}};
-  reports::write_file_atomic(path, j.dump(2) + "\n");
+  files::write_file_atomic(path, j.dump(2) + "\n");
 }
 
 BaselineEntry baseline_entry(const reports::GateStatsEntry& g) {

@@ -308,7 +308,7 @@ std::vector<std::string> update_golden(const fs::path& dir, const std::vector<st
                               : fmt::format("rewritten ({} changed)", fmt::join(moved, ", "));
     }
     io::write_safetensors(file, w.tensors);
-    reports::write_file_atomic(meta, text);
+    files::write_file_atomic(meta, text);
     lines.push_back(fmt::format("{}: {}", d.name, state));
   }
   return lines;

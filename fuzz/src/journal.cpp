@@ -10,9 +10,9 @@
 
 #include <fmt/format.h>
 
+#include "driftcheck/files/file_io.hpp"
+#include "driftcheck/files/json_text.hpp"
 #include "driftcheck/fuzz/json_fields.hpp"
-#include "driftcheck/reports/file_io.hpp"
-#include "driftcheck/reports/json_text.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -75,13 +75,13 @@ Journal Journal::create(const std::filesystem::path& path, nlohmann::json header
   // open for appending: after link() it is the journal's.
   const std::filesystem::path tmp = path.string() + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) reports::throw_io_error(errno, "cannot create journal", tmp);
+  if (fd < 0) files::throw_io_error(errno, "cannot create journal", tmp);
   try {
-    reports::write_all(fd, reports::json_text(header) + "\n", tmp);
-    if (::fsync(fd) != 0) reports::throw_io_error(errno, "cannot write", tmp);
+    files::write_all(fd, files::json_text(header) + "\n", tmp);
+    if (::fsync(fd) != 0) files::throw_io_error(errno, "cannot write", tmp);
     if (::link(tmp.c_str(), path.c_str()) != 0) {
       if (errno == EEXIST) throw JournalError(fmt::format("{} exists already", path.string()));
-      reports::throw_io_error(errno, "cannot create journal", path);
+      files::throw_io_error(errno, "cannot create journal", path);
     }
   } catch (...) {
     ::close(fd);
@@ -98,10 +98,10 @@ Journal Journal::reopen(const std::filesystem::path& path) {
   if (keep != text.size()) {
     std::error_code ec;
     std::filesystem::resize_file(path, keep, ec);
-    if (ec) reports::throw_io_error(ec.value(), "cannot cut the torn tail of", path);
+    if (ec) files::throw_io_error(ec.value(), "cannot cut the torn tail of", path);
   }
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd < 0) reports::throw_io_error(errno, "cannot open journal", path);
+  if (fd < 0) files::throw_io_error(errno, "cannot open journal", path);
   return Journal(fd, path);
 }
 
@@ -128,12 +128,12 @@ Journal::~Journal() {
 void Journal::append(const nlohmann::json& record) {
   // One write() per line: with O_APPEND the line lands whole or (if killed inside the call, or on a full
   // disk) as a torn tail that read_journal() drops; user-space buffering could lose several records instead.
-  const std::string line = reports::json_text(record) + "\n";
+  const std::string line = files::json_text(record) + "\n";
   std::lock_guard lock(*mu_);
-  if (fd_ < 0) reports::throw_io_error(EIO, "an earlier write failed, no more records go to", path_);
+  if (fd_ < 0) files::throw_io_error(EIO, "an earlier write failed, no more records go to", path_);
   const off_t size = ::lseek(fd_, 0, SEEK_END);
   try {
-    reports::write_all(fd_, line, path_);
+    files::write_all(fd_, line, path_);
   } catch (...) {
     // A partial line (disk full) is cut off again, so that a later record cannot glue onto it and leave a
     // malformed line in the middle of the journal; if even that fails, this journal takes no more records.

@@ -5,14 +5,14 @@
 #include <optional>
 #include <system_error>
 
-#include "driftcheck/reports/file_io.hpp"
+#include "driftcheck/files/file_io.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
 
 // Threads the fault seam still lets start (negative: no limit).
 bool injected_failure() {
-  static std::atomic<std::int64_t> left{reports::fault_limit("DRIFTCHECK_FAULT_THREADS").value_or(-1)};
+  static std::atomic<std::int64_t> left{files::fault_limit("DRIFTCHECK_FAULT_THREADS").value_or(-1)};
   std::int64_t n = left.load();
   while (n >= 0) {
     if (n == 0) return true;

@@ -1,5 +1,5 @@
 #include "driftcheck/reports/accept_report.hpp"
-#include "driftcheck/reports/json_fields.hpp"
+#include "driftcheck/files/json_fields.hpp"
 
 #include <limits>
 #include <stdexcept>
@@ -7,9 +7,24 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "driftcheck/reports/json_text.hpp"
+#include "driftcheck/files/json_text.hpp"
 
 namespace driftcheck::reports {
+
+using files::bool_field;
+using files::exit_code_field;
+using files::FieldError;
+using files::format_problem;
+using files::int_field;
+using files::json_text;
+using files::list_field;
+using files::number_field;
+using files::number_json;
+using files::object_field;
+using files::string_field;
+using files::strings_field;
+using files::u64_field;
+using files::within_field;
 namespace {
 
 using nlohmann::json;

@@ -7,9 +7,20 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "driftcheck/reports/json_fields.hpp"
+#include "driftcheck/files/json_fields.hpp"
 
 namespace driftcheck::reports {
+
+using files::array_field;
+using files::FieldError;
+using files::int_field;
+using files::int_value;
+using files::number_field;
+using files::number_json;
+using files::object_field;
+using files::string_field;
+using files::u64_field;
+using files::within_field;
 
 int RatioHistogram::bin_of(double r) {
   int e = 0;

@@ -4,12 +4,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/files/json_text.hpp"
 #include "driftcheck/reports/html.hpp"
-#include "driftcheck/reports/json_text.hpp"
 #include "driftcheck/reports/numbers.hpp"
 #include "driftcheck/reports/report_set.hpp"
 
 namespace driftcheck::reports {
+
+using files::json_text;
+using files::write_file_atomic;
 
 bool worse_group(const FindingGroup& a, const FindingGroup& b) {
   const int ra = verdict_rank(a.verdict), rb = verdict_rank(b.verdict);

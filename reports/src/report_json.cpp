@@ -6,10 +6,27 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "driftcheck/reports/json_fields.hpp"
+#include "driftcheck/files/json_fields.hpp"
 #include "driftcheck/reports/report.hpp"
 
 namespace driftcheck::reports {
+
+using files::array_field;
+using files::bool_field;
+using files::exit_code_field;
+using files::FieldError;
+using files::int_field;
+using files::int_value;
+using files::json_field;
+using files::list_field;
+using files::number_field;
+using files::number_json;
+using files::number_value;
+using files::object_field;
+using files::string_field;
+using files::strings_field;
+using files::u64_field;
+using files::within_field;
 namespace {
 
 using nlohmann::json;

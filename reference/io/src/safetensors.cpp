@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "driftcheck/reports/report.hpp"
+#include "driftcheck/files/file_io.hpp"
 
 namespace driftcheck::io {
 namespace {
@@ -316,7 +316,7 @@ std::string encode_safetensors(const Safetensors& f) {
 }
 
 void write_safetensors(const std::filesystem::path& path, const Safetensors& f) {
-  reports::write_file_atomic(path, encode_safetensors(f));
+  files::write_file_atomic(path, encode_safetensors(f));
 }
 
 Safetensors parse_safetensors(std::string_view bytes, std::string_view file) {

@@ -10,8 +10,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "driftcheck/reports/json_text.hpp"  // number_json, number_from_json
-#include "driftcheck/reports/numbers.hpp"    // worse_case
+#include "driftcheck/files/json_text.hpp"  // number_json, number_from_json
+#include "driftcheck/reports/numbers.hpp"  // worse_case
 
 namespace driftcheck::reports {
 

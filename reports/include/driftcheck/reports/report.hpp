@@ -14,8 +14,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "driftcheck/files/file_io.hpp"  // write_file_atomic
 #include "driftcheck/reports/drift.hpp"
-#include "driftcheck/reports/file_io.hpp"  // write_file_atomic
 
 namespace driftcheck::reports {
 

@@ -1,10 +1,10 @@
-#include "driftcheck/reports/json_fields.hpp"
+#include "driftcheck/files/json_fields.hpp"
 
 #include <fmt/format.h>
 
-#include "driftcheck/reports/json_text.hpp"
+#include "driftcheck/files/json_text.hpp"
 
-namespace driftcheck::reports {
+namespace driftcheck::files {
 
 using nlohmann::json;
 
@@ -90,7 +90,7 @@ std::int64_t int_value(const json& v, std::string_view name, std::int64_t min) {
 }
 
 double number_value(const json& v, std::string_view name) {
-  if (const auto x = reports::read_number_json(v)) return *x;
+  if (const auto x = read_number_json(v)) return *x;
   bad(name, v, "a number (or \"inf\", \"-inf\", \"nan\")");
 }
 
@@ -110,4 +110,4 @@ std::string format_problem(const json& obj, std::string_view format, std::int64_
   return "";
 }
 
-}  // namespace driftcheck::reports
+}  // namespace driftcheck::files

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string_view>
 
-namespace driftcheck::reports {
+namespace driftcheck::files {
 
 // Throws std::system_error for errno value `err`; what() is "<what> <path>: <strerror(err)>".
 [[noreturn]] void throw_io_error(int err, std::string_view what, const std::filesystem::path& path);
@@ -30,4 +30,4 @@ std::optional<std::int64_t> fault_limit(const char* name);
 // Whether this build has the seams (tests that need them skip otherwise).
 bool fault_injection_available();
 
-}  // namespace driftcheck::reports
+}  // namespace driftcheck::files

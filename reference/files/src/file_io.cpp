@@ -1,4 +1,4 @@
-#include "driftcheck/reports/file_io.hpp"
+#include "driftcheck/files/file_io.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-namespace driftcheck::reports {
+namespace driftcheck::files {
 namespace {
 
 // Bytes this process may still write before the injected ENOSPC (DRIFTCHECK_FAULT_ENOSPC_AFTER).
@@ -90,4 +90,4 @@ bool fault_injection_available() {
 #endif
 }
 
-}  // namespace driftcheck::reports
+}  // namespace driftcheck::files

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace driftcheck::reports {
+namespace driftcheck::files {
 
 // A number that may be infinite or NaN: a JSON number when finite, else "inf", "-inf" or "nan".
 nlohmann::json number_json(double v);
@@ -25,4 +25,4 @@ std::optional<double> read_number_json(const nlohmann::json& j);
 // The same, throwing std::invalid_argument for anything else.
 double number_from_json(const nlohmann::json& j);
 
-}  // namespace driftcheck::reports
+}  // namespace driftcheck::files

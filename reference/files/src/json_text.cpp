@@ -1,4 +1,4 @@
-#include "driftcheck/reports/json_text.hpp"
+#include "driftcheck/files/json_text.hpp"
 
 #include <cmath>
 #include <limits>
@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace driftcheck::reports {
+namespace driftcheck::files {
 
 nlohmann::json number_json(double v) {
   if (std::isnan(v)) return "nan";  // one spelling whatever the sign bit
@@ -36,4 +36,4 @@ double number_from_json(const nlohmann::json& j) {
   throw std::invalid_argument("'" + (j.is_string() ? j.get<std::string>() : j.dump()) + "' is not a number");
 }
 
-}  // namespace driftcheck::reports
+}  // namespace driftcheck::files

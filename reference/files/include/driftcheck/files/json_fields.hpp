@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace driftcheck::reports {
+namespace driftcheck::files {
 
 class FieldError : public std::runtime_error {
  public:
@@ -78,4 +78,4 @@ auto list_field(const nlohmann::json& obj, std::string_view key, F&& each) {
   return out;
 }
 
-}  // namespace driftcheck::reports
+}  // namespace driftcheck::files
