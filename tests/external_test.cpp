@@ -701,7 +701,14 @@ TEST(Quarantine, FiveFaultsInARowQuarantineABackendThatRanWellBefore) {
   r.add(worker_backend({.fault = "crash", .name = "goes_bad", .from_case = 60}));
   const auto result = campaign(r, "", 200, "in_a_row", {.jobs = 1});
   const auto& b = report_of(result.report, "ext.goes_bad");
-  EXPECT_NE(b.quarantined.find("the last 5 in a row (at case 64)"), std::string::npos) << b.quarantined;
+  // The 5th fault is case 64 at the earliest; cases skipped while the worker restarts (more of them on a loaded
+  // machine) push it later, one case per skipped one.
+  const std::string marker = "the last 5 in a row (at case ";
+  const auto at = b.quarantined.find(marker);
+  ASSERT_NE(at, std::string::npos) << b.quarantined;
+  const int fifth = std::stoi(b.quarantined.substr(at + marker.size()));
+  EXPECT_GE(fifth, 64) << b.quarantined;
+  EXPECT_LE(fifth, 64 + static_cast<int>(b.skipped_restarting)) << b.quarantined;
   EXPECT_EQ(b.failures_by_verdict.at("crash"), 5);
   EXPECT_GT(b.passed, 40);  // so 5 faults are under 1 in 10 of its cases
   EXPECT_EQ(b.cases_run + b.unsupported + b.skipped_restarting + b.skipped_quarantined, 200);
