@@ -41,7 +41,8 @@ inline std::vector<std::string> bundle_names(const fs::path& dir) {
 }
 
 // The drawn bundles a campaign owes and has not written: per (backend, verdict), the first two findings get
-// one (kDrawnBundlesPerClass, fuzz/src/campaign_findings.hpp); the others replay from the stream.
+// one (kDrawnBundlesPerClass, fuzz/campaign/include/driftcheck/fuzz/campaign_findings.hpp); the others replay
+// from the stream.
 inline int missing_drawn_bundles(const nlohmann::json& report) {
   std::map<std::string, std::pair<int, int>> by_class;  // "backend|verdict" -> (findings, bundled)
   for (const auto& f : report.at("findings")) {

@@ -701,8 +701,8 @@ TEST(Quarantine, FiveFaultsInARowQuarantineABackendThatRanWellBefore) {
   r.add(worker_backend({.fault = "crash", .name = "goes_bad", .from_case = 60}));
   const auto result = campaign(r, "", 200, "in_a_row", {.jobs = 1});
   const auto& b = report_of(result.report, "ext.goes_bad");
-  // The 5th fault is case 64 at the earliest; cases skipped while the worker restarts (more of them on a loaded
-  // machine) push it later, one case per skipped one.
+  // The 5th fault is case 64 at the earliest; cases skipped while the worker restarts (more of them on a
+  // loaded machine) push it later, one case per skipped one.
   const std::string marker = "the last 5 in a row (at case ";
   const auto at = b.quarantined.find(marker);
   ASSERT_NE(at, std::string::npos) << b.quarantined;

@@ -1,6 +1,6 @@
-// The progress component every long command uses (fuzz/include/driftcheck/fuzz/progress.hpp): which mode a
-// terminal, a log, NO_COLOR, TERM=dumb and --quiet get; what a bar, a line and a JSON record say (rate, ETA);
-// and that short work in a log prints one final line, a bar ends its line, and `none` prints nothing.
+// The progress component every long command uses (fuzz/base/include/driftcheck/fuzz/progress.hpp): which mode
+// a terminal, a log, NO_COLOR, TERM=dumb and --quiet get; what a bar, a line and a JSON record say (rate,
+// ETA); and that short work in a log prints one final line, a bar ends its line, and `none` prints nothing.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -90,7 +90,7 @@ class Wheel(unittest.TestCase):
 
         with tarfile.open(self.sdist) as t:
             names = t.getnames()
-        for rel in ("cpp/CMakeLists.txt", "cpp/cmake/DriftcheckDependencies.cmake", "cpp/fuzz/src/main.cpp",
+        for rel in ("cpp/CMakeLists.txt", "cpp/cmake/DriftcheckDependencies.cmake", "cpp/fuzz/cli/src/main.cpp",
                     "cpp/golden/known-findings.toml", "build_backend/driftcheck_cmake.py", "setup.py"):
             self.assertTrue(any(n.endswith("/" + rel) for n in names), rel)
         self.assertRegex(os.path.basename(self.wheel), r"^driftcheck-0\.1\.0-py3-none-linux_\w+\.whl$")

@@ -201,7 +201,7 @@ class Backend {
   // ("softcap_from_exp"). A known finding (golden/known-findings.toml) names one. without_defects() returns
   // this backend (same name, same bug for a mutant) with the named defects repaired, or nullptr when it
   // models none of them: a failure is explained by known findings when the repaired backend passes the same
-  // case (fuzz/include/driftcheck/fuzz/known_findings.hpp).
+  // case (fuzz/campaign/include/driftcheck/fuzz/known_findings.hpp).
   virtual std::vector<std::string> modelled_defects() const { return {}; }
   // The CPU twin that models this kernel, for a kernel from outside (a backends file's `twin = "cpu.x"`): it
   // has no defect switches of its own, so a failure of it is a known finding when its twin fails the same
