@@ -24,6 +24,7 @@
 
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/device/device_reference.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 #include "driftcheck/reference/reference.hpp"

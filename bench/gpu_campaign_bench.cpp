@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 
 #include "driftcheck/device/backend.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 
 namespace {

@@ -21,6 +21,7 @@
 
 #include "../tests/case_builders.hpp"
 #include "driftcheck/device/gpu.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 
 namespace driftcheck {

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/external/serve.hpp"
 #include "driftcheck/external/worker.hpp"

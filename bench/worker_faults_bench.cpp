@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 

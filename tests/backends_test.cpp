@@ -16,11 +16,12 @@
 #include <tuple>
 
 // White-box: the fast fp16 rounding every twin relies on, and fresh backends for a private registry.
-#include "../device/src/builtin.hpp"
-#include "../device/src/twin_common.hpp"
-#include "../device/src/twin_norm.hpp"
 #include "case_builders.hpp"
 #include "driftcheck/device/backend.hpp"
+#include "driftcheck/device/builtin.hpp"
+#include "driftcheck/device/registry.hpp"
+#include "driftcheck/device/twin_common.hpp"
+#include "driftcheck/device/twin_norm.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/spec.hpp"

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/features.hpp"

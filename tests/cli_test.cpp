@@ -11,6 +11,7 @@
 
 #include "cli_harness.hpp"
 #include "driftcheck/device/backend.hpp"
+#include "driftcheck/device/registry.hpp"
 
 namespace {
 

@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/compare.hpp"
 

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "case_builders.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/external/isolate.hpp"
 #include "driftcheck/fuzz/campaign.hpp"

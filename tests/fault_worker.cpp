@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/external/serve.hpp"
 
 namespace {

@@ -18,6 +18,7 @@
 
 #include "cli_harness.hpp"
 #include "driftcheck/device/backend.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/corpus.hpp"
 #include "driftcheck/fuzz/golden.hpp"
 #include "driftcheck/fuzz/input_error.hpp"

@@ -22,6 +22,7 @@
 #if DRIFTCHECK_HAVE_GPU
 #include "driftcheck/device/gpu.hpp"
 #endif
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/spec.hpp"

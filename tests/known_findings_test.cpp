@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "case_builders.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 #include "driftcheck/reference/reference.hpp"

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "case_builders.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/output_hints.hpp"
 #include "driftcheck/fuzz/spec.hpp"

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "driftcheck/device/backend.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/profiles.hpp"
 #include "driftcheck/fuzz/spec.hpp"

@@ -8,7 +8,8 @@
 #include <iostream>
 #include <map>
 
-#include "../device/src/twin_norm.hpp"
+#include "driftcheck/device/registry.hpp"
+#include "driftcheck/device/twin_norm.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/spec.hpp"

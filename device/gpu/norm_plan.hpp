@@ -1,13 +1,13 @@
 // The reduction plan of a norm kernel's GPU port, on the host: its CPU twin's order for the case
-// (device/src/twin_norm.hpp, norm_order: threads from H and the token count, vector width from H and the
-// layout, chunk ownership, lane tree, warp totals) on the device's warp, as the ReducePlan the kernels take.
-// One definition for gpu_backends.cpp and for tests/gpu_reduce_test.cpp, which proves on a CPU, for a grid of
-// H, token counts and layouts, that the kernels' reduction code with this plan gives the twin's bits on warps
-// of 32 and of 64.
+// (device/include/driftcheck/device/twin_norm.hpp, norm_order: threads from H and the token count, vector
+// width from H and the layout, chunk ownership, lane tree, warp totals) on the device's warp, as the
+// ReducePlan the kernels take. One definition for gpu_backends.cpp and for tests/gpu_reduce_test.cpp, which
+// proves on a CPU, for a grid of H, token counts and layouts, that the kernels' reduction code with this plan
+// gives the twin's bits on warps of 32 and of 64.
 #pragma once
 
-#include "../src/twin_norm.hpp"
 #include "block_reduce.hpp"
+#include "driftcheck/device/twin_norm.hpp"
 
 namespace driftcheck::gpu {
 

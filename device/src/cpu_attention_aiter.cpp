@@ -2,7 +2,7 @@
 // since the 3D path and its segment count follow the device's compute-unit count.
 #include <fmt/format.h>
 
-#include "builtin.hpp"
+#include "driftcheck/device/builtin.hpp"
 #include "twin_attention.hpp"
 
 namespace driftcheck::twin {

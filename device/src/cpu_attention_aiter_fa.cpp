@@ -3,7 +3,7 @@
 // new tokens' inputs and the gathered context, merged by vLLM's merge_attn_states. The backend's routing is
 // read in vllm/v1/attention/backends/rocm_aiter_fa.py at vllm 002d0eb6 (the code index's text; the project
 // pin 0013943's is not stored here).
-#include "builtin.hpp"
+#include "driftcheck/device/builtin.hpp"
 #include "twin_attention.hpp"
 
 namespace driftcheck::twin {

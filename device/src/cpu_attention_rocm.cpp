@@ -2,7 +2,7 @@
 // path) and their reduce kernel for decode rows, or vLLM's Triton kernel_paged_attention_2d where
 // use_rocm_custom_paged_attention is false; vLLM's Triton prefix prefill (context_attention_fwd) for the rows
 // of sequences with query length > 1 (chunked_prefill_paged_decode).
-#include "builtin.hpp"
+#include "driftcheck/device/builtin.hpp"
 #include "twin_attention.hpp"
 
 namespace driftcheck::twin {

@@ -1,6 +1,6 @@
 // TRITON_ATTN: vLLM's kernel_unified_attention (2D, and 3D + reduce_segments), pinned to the commit the
 // issue #8 H200 comparison ran (docs/BACKENDS.md, fidelity table).
-#include "builtin.hpp"
+#include "driftcheck/device/builtin.hpp"
 #include "twin_attention.hpp"
 
 namespace driftcheck::twin {

@@ -1,7 +1,7 @@
 // The layer-0 pair (an EAGLE3 drafter's first layer input): the fused dual RMSNorm + concat kernel and the
 // unfused chain it replaced, plus the concat copy kernel.
-#include "builtin.hpp"
-#include "twin_norm.hpp"
+#include "driftcheck/device/builtin.hpp"
+#include "driftcheck/device/twin_norm.hpp"
 
 namespace driftcheck::twin {
 

@@ -1,7 +1,7 @@
 // RMSNorm twins (docs/BACKENDS.md "RMSNorm family"): vLLM's forward_native, the csrc rms_norm kernel and the
 // in-place fused_add_rms_norm kernel.
-#include "builtin.hpp"
-#include "twin_norm.hpp"
+#include "driftcheck/device/builtin.hpp"
+#include "driftcheck/device/twin_norm.hpp"
 
 namespace driftcheck::twin {
 

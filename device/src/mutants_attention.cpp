@@ -1,7 +1,7 @@
 // Mutants of attention: each is the Triton unified twin (the twin that supports every case shape, so
 // campaigns reach every mutant) with one AttnBug switched on, except the prefill/extend mutant: a path only
 // the ROCM_AITER_FA twin has, so it breaks that twin.
-#include "builtin.hpp"
+#include "driftcheck/device/builtin.hpp"
 #include "twin_attention.hpp"
 
 namespace driftcheck::twin {

@@ -1,6 +1,6 @@
 // Mutants of the norm family: each is its twin's kernel with one NormBug (or one kernel field) changed.
-#include "builtin.hpp"
-#include "twin_norm.hpp"
+#include "driftcheck/device/builtin.hpp"
+#include "driftcheck/device/twin_norm.hpp"
 
 namespace driftcheck::twin {
 

@@ -5,7 +5,7 @@
 #include <bit>
 #include <numeric>
 
-#include "twin_norm.hpp"
+#include "driftcheck/device/twin_norm.hpp"
 
 namespace driftcheck::twin {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "twin_common.hpp"
+#include "driftcheck/device/twin_common.hpp"
 
 namespace driftcheck::twin {
 

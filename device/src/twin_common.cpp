@@ -1,4 +1,4 @@
-#include "twin_common.hpp"
+#include "driftcheck/device/twin_common.hpp"
 
 #include <fmt/format.h>
 

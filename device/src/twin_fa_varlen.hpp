@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "twin_common.hpp"
+#include "driftcheck/device/twin_common.hpp"
 
 namespace driftcheck::twin {
 

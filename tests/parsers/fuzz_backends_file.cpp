@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/external/backends_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "accept_model.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 
 namespace driftcheck::fuzz {

@@ -26,6 +26,7 @@
 #include "campaign_groups.hpp"
 #include "campaign_heatmaps.hpp"
 #include "campaign_shrink.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/campaign_findings.hpp"
 #include "driftcheck/fuzz/campaign_journal.hpp"
 #include "driftcheck/fuzz/campaign_report.hpp"

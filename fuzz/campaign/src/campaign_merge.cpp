@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "campaign_heatmaps.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/campaign_findings.hpp"
 #include "driftcheck/fuzz/campaign_journal.hpp"
 #include "driftcheck/fuzz/campaign_report.hpp"

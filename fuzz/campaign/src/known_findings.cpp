@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include "driftcheck/device/one_line.hpp"
+#include "driftcheck/device/registry.hpp"
 
 namespace driftcheck::fuzz {
 

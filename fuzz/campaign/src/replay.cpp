@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "driftcheck/device/plugin_backend.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/sha256.hpp"

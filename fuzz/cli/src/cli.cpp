@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "driftcheck/device/plugin_backend.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/fuzz/bundle.hpp"
 #include "driftcheck/fuzz/campaign.hpp"

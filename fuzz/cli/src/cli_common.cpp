@@ -6,6 +6,7 @@
 #include "commands.hpp"
 #include "driftcheck/device/gpu.hpp"
 #include "driftcheck/device/plugin_backend.hpp"
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/external/isolate.hpp"
 #include "driftcheck/fuzz/campaign.hpp"

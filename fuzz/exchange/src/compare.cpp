@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 
 namespace driftcheck::fuzz {

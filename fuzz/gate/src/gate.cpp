@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/external/backends_file.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/corpus.hpp"

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/golden.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"

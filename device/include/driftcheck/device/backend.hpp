@@ -228,13 +228,6 @@ class Registry {
   std::vector<std::unique_ptr<Backend>> backends_;
 };
 
-// The process-wide registry with every built-in backend registered (CPU twins, mutants, and GPU backends when
-// the build has them), plus what start-up added through extend_registry().
-const Registry& registry();
-// The process-wide registry for start-up only: the command line adds external backends (--backends files) and
-// swaps in isolated ones (--isolate) here, before any campaign, replay or thread reads registry().
-Registry& extend_registry();
-
 bool glob_match(std::string_view pattern, std::string_view text);
 std::string_view backend_kind_name(BackendKind k);
 

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "twin_common.hpp"
+#include "driftcheck/device/twin_common.hpp"
 
 namespace driftcheck::twin {
 
