@@ -212,6 +212,11 @@ TEST(BackendsFile, EveryProblemIsOneLineWithFileAndLine) {
       {header() + backend_table("[backend.numerics]\np_rounded = \"yes\"\n"),
        "test.toml:8: \"p_rounded\" must"},
       {header() + backend_table("[backend.numerics]\noutput_roundings = 3\n"), "1 or 2"},
+      {header() + backend_table("[backend.numerics]\nreduction = { threads = 0 }\n"),
+       "\"threads\" must be an integer >= 1"},
+      {header() + backend_table("[backend.numerics]\nreduction = { lanes = 64 }\n"),
+       "unknown key \"lanes\" in reduction"},
+      {header() + backend_table("[backend.numerics]\nreduction = 256\n"), "\"reduction\" must be a table"},
       {header() + backend_table(""), "declares no \"numerics\""},
       {header() +
            backend_table("numerics = \"like:cpu.rmsnorm.cuda\"\n[backend.supports]\nblock_sizes = [16]\n"),
@@ -271,6 +276,7 @@ TEST(BackendsFile, DeclaredNumericsAndStaticSupports) {
 [backend.numerics]
 like = "cpu.rmsnorm.cuda"
 deterministic = false
+reduction = { threads = 256, vec = 4 }
 [backend.supports]
 dtypes = ["fp16"]
 weight_modes = ["plain"]
@@ -282,6 +288,10 @@ residual = false
   EXPECT_EQ(d.name, "ext.x");
   EXPECT_EQ(d.numerics.output_roundings, registry().find("cpu.rmsnorm.cuda")->numerics().output_roundings);
   EXPECT_FALSE(d.numerics.deterministic);
+  // The reduction's keys replace like's one by one; warp is left as like has it.
+  EXPECT_EQ(d.numerics.reduction.threads, 256);
+  EXPECT_EQ(d.numerics.reduction.vec, 4);
+  EXPECT_EQ(d.numerics.reduction.warp, registry().find("cpu.rmsnorm.cuda")->numerics().reduction.warp);
   EXPECT_EQ(d.worker->cwd, fs::absolute(scratch()).lexically_normal());
   EXPECT_EQ(make_external_backend(d)->provenance(), "test@1")
       << "list and reports show the file's provenance";

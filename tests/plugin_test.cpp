@@ -106,7 +106,7 @@ TEST(Plugin, PluginsThatCannotBeLoadedAreOneLineErrors) {
   expect_load_error("/nonexistent/p.so", "cannot be loaded");
   expect_load_error(test_plugin("no_entry"), "exports no function driftcheck_plugin");
   expect_load_error(test_plugin("abi_9"),
-                    "built for plugin ABI version 9, this driftcheck loads versions 1 to 2");
+                    "built for plugin ABI version 9, this driftcheck loads versions 1 to 3");
   expect_load_error(test_plugin("bad_query"), "query_supports applies to attention plugins only");
   expect_load_error(test_plugin("null_run"), "supports and run must not be NULL");
   expect_load_error(test_plugin("create_fails"), "create failed: cannot open device for config 'x=1'",
@@ -150,6 +150,43 @@ TEST(Plugin, VersionOnePluginsStillLoad) {
   EXPECT_EQ(
       fuzz::check_case(*b, builders::concat_case(4, 24, 40, DType::kBF16, 3, {3, 2, 5})).evaluation.verdict,
       fuzz::Verdict::kPass);
+}
+
+// A plugin built against version 2's header (tests/plugins/v2) loads and runs; version 3's reduction shape is
+// the default (nothing declared, read past its struct it would be whatever follows it), and a backends file's
+// reduction is not held against a plugin that cannot declare one.
+TEST(Plugin, VersionTwoPluginsStillLoad) {
+  const auto b = load_plugin(test_plugin("abi_2"));
+  EXPECT_EQ(b->name(), "plugin.test_concat");
+  const Numerics n = b->numerics();
+  EXPECT_EQ(n.reduction.threads, ReductionShape{}.threads);
+  EXPECT_EQ(n.reduction.vec, ReductionShape{}.vec);
+  EXPECT_EQ(n.reduction.warp, ReductionShape{}.warp);
+  EXPECT_EQ(
+      fuzz::check_case(*b, builders::concat_case(4, 24, 40, DType::kBF16, 3, {3, 2, 5})).evaluation.verdict,
+      fuzz::Verdict::kPass);
+  Numerics file = n;
+  file.reduction = {256, 4, 32};
+  EXPECT_NO_THROW(load_plugin(test_plugin("abi_2"), options("", "", file)));
+}
+
+// Version 3: the reduction shape (numerics3), read into Numerics::reduction; a backends file that says
+// otherwise names the term, and a shape with a zero among non-zero fields is refused before any case.
+TEST(Plugin, VersionThreeDeclaresTheReductionShape) {
+  const auto b = load_plugin(test_plugin("reduction"));
+  const Numerics n = b->numerics();
+  EXPECT_EQ(n.reduction.threads, 256);
+  EXPECT_EQ(n.reduction.vec, 4);
+  EXPECT_EQ(n.reduction.warp, 32);
+  EXPECT_NO_THROW(load_plugin(test_plugin("reduction"), options("", "", n)));
+  Numerics other = n;
+  other.reduction.vec = 8;
+  expect_load_error(
+      test_plugin("reduction"),
+      "reduction (the file says threads 256 vec 8 warp 32, the plugin threads 256 vec 4 warp 32)",
+      options("", "", other));
+  expect_load_error(test_plugin("bad_reduction"),
+                    "numerics3: reduction_threads 256, reduction_vec 0, reduction_warp 32: all zero");
 }
 
 // Version 2's declarations: the attention numerics terms, and query shapes the kernel does not run, declined
@@ -337,7 +374,7 @@ TEST(Plugin, CommandLineLoadsPlugins) {
   std::string err;
   EXPECT_EQ(driftcheck("list --plugin " + test_plugin("abi_9"), &err), 2);
   EXPECT_EQ(err, "driftcheck: bad plugin: plugin " + test_plugin("abi_9") +
-                     ": built for plugin ABI version 9, this driftcheck loads versions 1 to 2\n");
+                     ": built for plugin ABI version 9, this driftcheck loads versions 1 to 3\n");
 }
 
 // A backends file with the example plugin twice (correct and planted), as docs/PLUGIN.md declares them.

@@ -137,6 +137,7 @@ static const dc_plugin kPlugin = {
     run,
     {0, 0, DC_NEW_KV_CACHE, 0}, /* numerics2: the terms of attention kernels */
     {0, 0, 0, {0}, 0},          /* query_supports: attention only */
+    {0, 0, 0, 0}, /* numerics3: no reduction shape declared (the worst case, a sequential sum) */
 };
 
 DC_PLUGIN_EXPORT const dc_plugin* driftcheck_plugin(void) {

@@ -35,6 +35,9 @@
 #define BAD_QUERY 12
 #define UNWRITTEN 13
 #define FLOAT32_OUT 14
+#define ABI_2 15
+#define REDUCTION 16
+#define BAD_REDUCTION 17
 
 static int instances;
 
@@ -168,6 +171,14 @@ static const dc_plugin kPlugin = {
 #elif TEST_PLUGIN_VARIANT != ABI_1 /* version 1's dc_plugin ends at run */
     {0, 0, DC_NEW_KV_CACHE, 0},
     {0, 0, 0, {0}, 0},
+#endif
+#if TEST_PLUGIN_VARIANT == REDUCTION
+    {256, 4, 32, 0},
+#elif TEST_PLUGIN_VARIANT == BAD_REDUCTION
+    {256, 0, 32, 0},
+#elif TEST_PLUGIN_VARIANT != ABI_1 && \
+    TEST_PLUGIN_VARIANT != ABI_2 /* version 2's dc_plugin ends at query_supports */
+    {0, 0, 0, 0},
 #endif
 };
 

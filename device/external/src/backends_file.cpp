@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <span>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "driftcheck/device/numerics_terms.hpp"
 #include "driftcheck/device/one_line.hpp"
 
 namespace driftcheck::external {
@@ -36,6 +38,9 @@ class Reader {
   // Every key of `t` must be in `allowed`.
   void only(const toml::table& t, std::initializer_list<std::string_view> allowed,
             std::string_view where) const {
+    only(t, std::span(allowed.begin(), allowed.end()), where);
+  }
+  void only(const toml::table& t, std::span<const std::string_view> allowed, std::string_view where) const {
     for (auto&& [k, v] : t) {
       if (std::find(allowed.begin(), allowed.end(), k.str()) == allowed.end())
         fail(k.source(),
@@ -116,11 +121,9 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
     return;
   }
   const toml::table& t = r.table(n, "numerics");
-  r.only(t,
-         {"like", "output_roundings", "p_rounded", "partials_rounded", "kv_dequant_rounded",
-          "kv_dequant_rounded_prefill", "fp8_mfma_decode", "new_kv", "lse_undefined_inf", "deterministic",
-          "batch_invariant", "block_permutation_invariant"},
-         "numerics");
+  std::vector<std::string_view> keys{"like"};
+  for (const NumericsTerm& term : numerics_terms()) keys.push_back(term.key);
+  r.only(t, keys, "numerics");
   d.numerics_source = "declared";
   if (const auto* like = t.get("like")) {
     const std::string name = r.string(*like, "like");
@@ -128,27 +131,38 @@ void read_numerics(const Reader& r, const toml::node& n, const Registry& known, 
     d.numerics_source = "like:" + name + " with declared fields";
   }
   Numerics& x = d.numerics;
-  if (const auto* v = t.get("output_roundings")) {
-    x.output_roundings = static_cast<int>(r.integer(*v, "output_roundings", 1));
-    if (x.output_roundings > 2) r.fail(*v, "\"output_roundings\" must be 1 or 2");
-  }
-  const std::pair<std::string_view, bool*> flags[] = {
-      {"p_rounded", &x.p_rounded},
-      {"partials_rounded", &x.partials_rounded},
-      {"kv_dequant_rounded", &x.kv_dequant_rounded},
-      {"kv_dequant_rounded_prefill", &x.kv_dequant_rounded_prefill},
-      {"fp8_mfma_decode", &x.fp8_mfma_decode},
-      {"lse_undefined_inf", &x.lse_undefined_inf},
-      {"deterministic", &x.deterministic},
-      {"batch_invariant", &x.batch_invariant},
-      {"block_permutation_invariant", &x.block_permutation_invariant}};
-  for (const auto& [key, field] : flags)
-    if (const auto* v = t.get(key)) *field = r.boolean(*v, key);
-  if (const auto* v = t.get("new_kv")) {
-    const std::string source = r.string(*v, "new_kv");
-    if (source != "cache" && source != "inputs")
-      r.fail(*v, fmt::format("\"new_kv\" must be \"cache\" or \"inputs\", not \"{}\"", source));
-    x.new_kv = source == "inputs" ? NewKv::kInputs : NewKv::kCache;
+  for (const NumericsTerm& term : numerics_terms()) {
+    const std::string key(term.key);
+    const toml::node* v = t.get(key);
+    if (v == nullptr) continue;
+    switch (term.type) {
+      case TermType::kFlag:
+        x.*term.flag = r.boolean(*v, key);
+        break;
+      case TermType::kCount:
+        x.output_roundings = static_cast<int>(r.integer(*v, key, kMinOutputRoundings));
+        if (x.output_roundings > kMaxFileOutputRoundings) r.fail(*v, "\"output_roundings\" must be 1 or 2");
+        break;
+      case TermType::kNewKv: {
+        const std::string source = r.string(*v, key);
+        if (source != "cache" && source != "inputs")
+          r.fail(*v, fmt::format("\"new_kv\" must be \"cache\" or \"inputs\", not \"{}\"", source));
+        x.new_kv = source == "inputs" ? NewKv::kInputs : NewKv::kCache;
+        break;
+      }
+      // reduction = { threads = 256, vec = 4, warp = 32 }: a key left out keeps its value (like's, or the
+      // default)
+      case TermType::kReduction: {
+        const toml::table& shape = r.table(*v, key);
+        r.only(shape, {"threads", "vec", "warp"}, "reduction");
+        for (const auto& [sub, field] :
+             {std::pair{"threads", &ReductionShape::threads}, std::pair{"vec", &ReductionShape::vec},
+              std::pair{"warp", &ReductionShape::warp}})
+          if (const auto* node = shape.get(sub))
+            x.reduction.*field = static_cast<int>(r.integer(*node, sub, 1));
+        break;
+      }
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "driftcheck/device/gpu.hpp"
+#include "driftcheck/device/numerics_terms.hpp"
 #include "driftcheck/device/query_shapes.hpp"
 
 namespace driftcheck {
@@ -63,36 +64,56 @@ struct Message {
   char buf[DC_MESSAGE_SIZE] = {};
 };
 
-// The end of version 1's dc_plugin: a version-1 plugin's struct has run and nothing after it.
+// The end of each version's dc_plugin: version 1's ends at run, version 2's at query_supports.
 constexpr std::size_t kVersion1Size = offsetof(dc_plugin, numerics2);
+constexpr std::size_t kVersion2Size = offsetof(dc_plugin, numerics3);
+std::size_t struct_size_of_version(std::uint32_t v) {
+  return v == 1 ? kVersion1Size : v == 2 ? kVersion2Size : sizeof(dc_plugin);
+}
 
-// The plugin's declaration as this driftcheck reads it: version 2's fields from a version-2 plugin, zero
-// (their version-1 meaning) from a version-1 one, whose struct ends before them.
+// The plugin's declaration as this driftcheck reads it: each version's fields from a plugin of that version
+// or later, zero (the earlier version's meaning) from an earlier one, whose struct ends before them.
 struct Declaration {
   dc_numerics2 numerics2{};
   dc_query_supports query{};
+  dc_numerics3 numerics3{};
 };
 
 Declaration declaration_of(const dc_plugin& p) {
   Declaration d;
   if (p.abi_version >= 2) d.numerics2 = p.numerics2, d.query = p.query_supports;
+  if (p.abi_version >= 3) d.numerics3 = p.numerics3;
   return d;
+}
+
+bool declares_reduction(const dc_numerics3& n3) {
+  return n3.reduction_threads != 0 || n3.reduction_vec != 0 || n3.reduction_warp != 0;
 }
 
 Numerics numerics_of(const dc_plugin& p) {
   const dc_numerics& n = p.numerics;
-  const dc_numerics2 n2 = declaration_of(p).numerics2;
+  const Declaration d = declaration_of(p);
+  const dc_numerics2& n2 = d.numerics2;
   Numerics out;
-  out.output_roundings = n.output_roundings;
-  out.p_rounded = n.p_rounded != 0, out.partials_rounded = n.partials_rounded != 0;
-  out.kv_dequant_rounded = n.kv_dequant_rounded != 0;
-  out.kv_dequant_rounded_prefill = n2.kv_dequant_rounded_prefill != 0;
-  out.fp8_mfma_decode = n2.fp8_mfma_decode != 0;
-  out.new_kv = n2.new_kv == DC_NEW_KV_INPUTS ? NewKv::kInputs : NewKv::kCache;
-  out.lse_undefined_inf = n2.lse_undefined_inf != 0;
-  out.deterministic = n.deterministic != 0;
-  out.batch_invariant = n.batch_invariant != 0;
-  out.block_permutation_invariant = n.block_permutation_invariant != 0;
+  for (const NumericsTerm& t : numerics_terms()) {
+    const std::int32_t v = t.abi1 != nullptr ? n.*t.abi1 : t.abi2 != nullptr ? n2.*t.abi2 : 0;
+    switch (t.type) {
+      case TermType::kFlag:
+        out.*t.flag = v != 0;
+        break;
+      case TermType::kCount:
+        out.output_roundings = v;
+        break;
+      case TermType::kNewKv:
+        out.new_kv = v == DC_NEW_KV_INPUTS ? NewKv::kInputs : NewKv::kCache;
+        break;
+      case TermType::kReduction:
+        if (declares_reduction(d.numerics3))
+          out.reduction = {d.numerics3.reduction_threads, d.numerics3.reduction_vec,
+                           d.numerics3.reduction_warp};
+        break;
+    }
+  }
   return out;
 }
 
@@ -107,32 +128,14 @@ QueryShapes query_shapes_of(const dc_plugin& p) {
   return out;
 }
 
-std::string new_kv_text(NewKv k) {
-  return k == NewKv::kInputs ? "inputs" : "cache";
-}
-
-// Every numerics term a backends file can declare, in Numerics' order, with the field's name: the first whose
-// values differ, as "FIELD (the file says A, the plugin B)", or empty when they agree. The reduction shape
-// (statistical tier) is neither in the file nor in the ABI.
-std::string numerics_disagreement(const Numerics& file, const Numerics& plugin) {
-  const auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
-  const std::tuple<const char*, std::string, std::string> fields[] = {
-      {"output_roundings", std::to_string(file.output_roundings), std::to_string(plugin.output_roundings)},
-      {"p_rounded", flag(file.p_rounded), flag(plugin.p_rounded)},
-      {"partials_rounded", flag(file.partials_rounded), flag(plugin.partials_rounded)},
-      {"kv_dequant_rounded", flag(file.kv_dequant_rounded), flag(plugin.kv_dequant_rounded)},
-      {"kv_dequant_rounded_prefill", flag(file.kv_dequant_rounded_prefill),
-       flag(plugin.kv_dequant_rounded_prefill)},
-      {"fp8_mfma_decode", flag(file.fp8_mfma_decode), flag(plugin.fp8_mfma_decode)},
-      {"new_kv", new_kv_text(file.new_kv), new_kv_text(plugin.new_kv)},
-      {"lse_undefined_inf", flag(file.lse_undefined_inf), flag(plugin.lse_undefined_inf)},
-      {"deterministic", flag(file.deterministic), flag(plugin.deterministic)},
-      {"batch_invariant", flag(file.batch_invariant), flag(plugin.batch_invariant)},
-      {"block_permutation_invariant", flag(file.block_permutation_invariant),
-       flag(plugin.block_permutation_invariant)},
-  };
-  for (const auto& [name, a, b] : fields)
-    if (a != b) return fmt::format("{} (the file says {}, the plugin {})", name, a, b);
+// Every numerics term the plugin's ABI version can declare (numerics_terms.hpp), in Numerics' order:
+// the first whose values differ, as "FIELD (the file says A, the plugin B)", or empty when they agree.
+std::string numerics_disagreement(const Numerics& file, const Numerics& plugin, std::uint32_t abi_version) {
+  for (const NumericsTerm& t : numerics_terms()) {
+    if (static_cast<std::uint32_t>(t.abi_version) > abi_version) continue;  // the plugin cannot declare it
+    const std::string a = term_text(t, file), b = term_text(t, plugin);
+    if (a != b) return fmt::format("{} (the file says {}, the plugin {})", t.key, a, b);
+  }
   return {};
 }
 
@@ -268,7 +271,7 @@ void check_plugin(const dc_plugin& p, const std::function<void(std::string)>& fa
   if (p.abi_version < DC_PLUGIN_ABI_OLDEST || p.abi_version > DC_PLUGIN_ABI_VERSION)
     fail(fmt::format("built for plugin ABI version {}, this driftcheck loads versions {} to {}",
                      p.abi_version, DC_PLUGIN_ABI_OLDEST, DC_PLUGIN_ABI_VERSION));
-  const std::size_t size = p.abi_version == 1 ? kVersion1Size : sizeof(dc_plugin);
+  const std::size_t size = struct_size_of_version(p.abi_version);
   if (p.struct_size < size)
     fail(fmt::format("struct_size {} is smaller than ABI version {}'s dc_plugin ({} bytes)", p.struct_size,
                      p.abi_version, size));
@@ -278,18 +281,35 @@ void check_plugin(const dc_plugin& p, const std::function<void(std::string)>& fa
     fail(fmt::format("unknown flags 0x{:x}", p.flags));
   if (p.supports == nullptr || p.run == nullptr) fail("supports and run must not be NULL");
   const dc_numerics& n = p.numerics;
-  if (n.output_roundings < 1) fail("numerics.output_roundings must be at least 1");
-  for (int32_t b : {n.p_rounded, n.partials_rounded, n.kv_dequant_rounded, n.deterministic, n.batch_invariant,
-                    n.block_permutation_invariant})
-    if (b != 0 && b != 1) fail("numerics flags must be 0 or 1");
   const Declaration d = declaration_of(p);
   const dc_numerics2& n2 = d.numerics2;
-  if ((n2.kv_dequant_rounded_prefill != 0 && n2.kv_dequant_rounded_prefill != 1) ||
-      (n2.fp8_mfma_decode != 0 && n2.fp8_mfma_decode != 1) ||
-      (n2.lse_undefined_inf != 0 && n2.lse_undefined_inf != 1))
-    fail("numerics2 flags must be 0 or 1");
-  if (n2.new_kv != DC_NEW_KV_CACHE && n2.new_kv != DC_NEW_KV_INPUTS)
-    fail(fmt::format("numerics2.new_kv {}: DC_NEW_KV_CACHE (0) or DC_NEW_KV_INPUTS (1)", n2.new_kv));
+  for (const NumericsTerm& t : numerics_terms()) {
+    const std::string field(t.abi_field);
+    const std::int32_t v = t.abi1 != nullptr ? n.*t.abi1 : t.abi2 != nullptr ? n2.*t.abi2 : 0;
+    switch (t.type) {
+      case TermType::kFlag:
+        if (v != 0 && v != 1) fail(fmt::format("{} {}: a flag is 0 or 1", field, v));
+        break;
+      case TermType::kCount:
+        if (v < kMinOutputRoundings) fail(fmt::format("{} must be at least {}", field, kMinOutputRoundings));
+        break;
+      case TermType::kNewKv:
+        if (v != DC_NEW_KV_CACHE && v != DC_NEW_KV_INPUTS)
+          fail(fmt::format("{} {}: DC_NEW_KV_CACHE (0) or DC_NEW_KV_INPUTS (1)", field, v));
+        break;
+      case TermType::kReduction: {
+        const dc_numerics3& n3 = d.numerics3;
+        if (n3.reserved != 0) fail("numerics3.reserved must be zero");
+        if (declares_reduction(n3) &&
+            (n3.reduction_threads < 1 || n3.reduction_vec < 1 || n3.reduction_warp < 1))
+          fail(
+              fmt::format("numerics3: reduction_threads {}, reduction_vec {}, reduction_warp {}: all zero "
+                          "(nothing declared) or each at least 1",
+                          n3.reduction_threads, n3.reduction_vec, n3.reduction_warp));
+        break;
+      }
+    }
+  }
   const dc_query_supports& q = d.query;
   const bool any =
       q.decode_only != 0 || q.reserved != 0 || q.max_query_len != 0 || q.max_head_dim != 0 ||
@@ -367,7 +387,8 @@ std::unique_ptr<Backend> load_plugin(const std::filesystem::path& path, const Pl
   if (p == nullptr) fail(DC_PLUGIN_ENTRY "() returned NULL");
   check_plugin(*p, fail);
   if (options.numerics)
-    if (const std::string field = numerics_disagreement(*options.numerics, numerics_of(*p)); !field.empty())
+    if (const std::string field = numerics_disagreement(*options.numerics, numerics_of(*p), p->abi_version);
+        !field.empty())
       fail("the numerics in the backends file disagree with the ones the plugin declares: " + field);
   void* instance = nullptr;
   if (p->create != nullptr) {

@@ -5,9 +5,11 @@
 #include <system_error>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "driftcheck/device/numerics_terms.hpp"
 #include "driftcheck/device/plugin_backend.hpp"
 #include "driftcheck/device/registry.hpp"
 #include "driftcheck/external/backends_file.hpp"
@@ -54,21 +56,13 @@ struct ReplayArgs {
   std::string model;
 };
 
-// The declared numerics that matter for the backend's op, as one line.
+// The declared numerics that concern the backend's op (numerics_terms.hpp), as one line of key=value.
 std::string numerics_summary(const Backend& b) {
   const Numerics n = b.numerics();
-  std::string s =
-      b.op() == OpKind::kAttention
-          ? fmt::format(
-                "p_rounded={} partials_rounded={} kv_dequant_rounded={}{}{}{}{} block_perm_invariant={}",
-                n.p_rounded, n.partials_rounded, n.kv_dequant_rounded,
-                n.kv_dequant_rounded_prefill ? " kv_dequant_rounded_prefill=true" : "",
-                n.fp8_mfma_decode ? " fp8_mfma_decode=true" : "",
-                n.new_kv == NewKv::kInputs ? " new_kv=inputs" : "",
-                n.lse_undefined_inf ? " lse_undefined_inf=true" : "", n.block_permutation_invariant)
-          : fmt::format("output_roundings={} reduction=threads {} vec {} warp {}", n.output_roundings,
-                        n.reduction.threads, n.reduction.vec, n.reduction.warp);
-  return s + fmt::format(" deterministic={} batch_invariant={}", n.deterministic, n.batch_invariant);
+  std::vector<std::string> terms;
+  for (const NumericsTerm& t : numerics_terms())
+    if (term_concerns(t, b.op())) terms.push_back(fmt::format("{}={}", t.key, term_text(t, n)));
+  return fmt::format("{}", fmt::join(terms, " "));
 }
 
 // A backend whose worker fails its handshake is listed with the reason, and makes `list` exit 2.

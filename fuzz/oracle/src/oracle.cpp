@@ -17,6 +17,7 @@
 
 #include "driftcheck/device/device_reference.hpp"
 #include "driftcheck/fuzz/output_hints.hpp"
+#include "rounding_terms.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -666,11 +667,14 @@ bool kv_dequant_applies(const ErrorModel& m, const Numerics& n, std::size_t i) {
 double tolerance(const ErrorModel& m, const Numerics& n, std::size_t i, double ref) {
   if (m.exact) return 0.0;
   const auto term = [i](const std::vector<double>& v) { return v.empty() ? 0.0 : v[i]; };
-  double d = term(m.base) + std::max(n.output_roundings - 1, 0) * term(m.intermediate);
-  if (n.p_rounded) d += term(m.p_rounding);
-  if (kv_dequant_applies(m, n, i)) d += term(m.kv_dequant_rounding);
-  if (n.partials_rounded) d += term(m.partials_rounding);
-  if (n.fp8_mfma_decode) d += term(m.fp8_mfma_rounding);
+  double d = term(m.base);
+  for (const RoundingTerm& t : kRoundingTerms) {
+    const int c = t.count(m, n, i);
+    if (t.per_rounding)
+      d += c * term(m.*t.worst);
+    else if (c != 0)
+      d += term(m.*t.worst);
+  }
   return std::max(d + 0.5 * ulp(m.dtype, std::fabs(ref) + d), 2 * term(m.baseline));
 }
 

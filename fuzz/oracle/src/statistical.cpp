@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "driftcheck/fuzz/oracle.hpp"
+#include "rounding_terms.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -82,11 +83,11 @@ Element norm_element(const ErrorModel& m, const Numerics& n, std::size_t i, doub
 Element attention_element(const ErrorModel& m, const Numerics& n, std::size_t i, double ref, double out) {
   const auto term = [i](const std::vector<double>& v) { return v.empty() ? 0.0 : v[i]; };
   double s = term(m.base), v = 0;
-  if (n.p_rounded) s += term(m.typical_p), v += term(m.variance_p);
-  if (kv_dequant_applies(m, n, i)) s += term(m.typical_kv), v += term(m.variance_kv);
-  if (n.partials_rounded) s += term(m.partials_rounding);
-  // fp8 MFMAs: taken whole as systematic (q's rounding moves every logit of a row alike, P's is not split).
-  if (n.fp8_mfma_decode) s += term(m.fp8_mfma_rounding);
+  for (const RoundingTerm& t : kRoundingTerms) {
+    if (!t.attention || t.count(m, n, i) == 0) continue;
+    s += term(m.*(t.typical != nullptr ? t.typical : t.worst));
+    if (t.variance != nullptr) v += term(m.*t.variance);
+  }
   const auto [lo, hi] = rounding_interval(m.dtype, out);
   const double d = std::max({0.0, lo - ref, ref - hi});
   if (d <= s) return {1, s, std::sqrt(v)};
@@ -103,11 +104,8 @@ std::string rounding_points(const ErrorModel& m, const Numerics& n, bool norm) {
         n.output_roundings < 2 ? fmt::format("one rounding to {}", act)
                                : fmt::format("x * s rounded to {}, times w rounded again", act));
   std::string s = "fp32 logits, softmax and P.V";
-  if (n.p_rounded) s += fmt::format(", P rounded to {}", act);
-  if (n.kv_dequant_rounded || n.kv_dequant_rounded_prefill)
-    s += fmt::format(", fp8 K/V dequantised to {}{}", act, n.kv_dequant_rounded ? "" : " in prefill rows");
-  if (n.partials_rounded) s += fmt::format(", split-KV partial outputs stored in {}", act);
-  if (n.fp8_mfma_decode) s += ", q and P in fp8 for decode MFMAs";
+  for (const RoundingTerm& t : kRoundingTerms)
+    if (t.attention) s += t.words(n, act);
   return s + fmt::format(", o rounded to {}", act);
 }
 

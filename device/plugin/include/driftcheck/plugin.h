@@ -14,10 +14,10 @@
  * abi_version and struct_size first and refuses a plugin built for an ABI version it does not know (one-line
  * error, exit 2). A library holds one kernel of one op (dc_plugin.op); a second op is a second library.
  *
- * Versions: version 2 appended numerics2 and query_supports to dc_plugin; a plugin built against version 1's
- * header (whose dc_plugin ends at run) still loads, with their zero defaults, which mean what version 1
- * meant. A plugin source written for version 1 compiles against this header unchanged: its positional
- * initialiser leaves the appended fields zero.
+ * Versions: version 2 appended numerics2 and query_supports to dc_plugin, version 3 numerics3; a plugin built
+ * against an earlier header (whose dc_plugin ends at run, or at query_supports) still loads, with the later
+ * fields' zero defaults, which mean what its version meant. A plugin source written for an earlier version
+ * compiles against this header unchanged: its positional initialiser leaves the appended fields zero.
  *
  * Memory: by default run() receives host pointers. A plugin that sets DC_PLUGIN_DEVICE_MEMORY in flags
  * receives device pointers instead (CUDA on an NVIDIA build of driftcheck, HIP on AMD): driftcheck allocates
@@ -42,7 +42,7 @@
 extern "C" {
 #endif
 
-#define DC_PLUGIN_ABI_VERSION 2u
+#define DC_PLUGIN_ABI_VERSION 3u
 /* The oldest ABI version this header's driftcheck loads. */
 #define DC_PLUGIN_ABI_OLDEST 1u
 #define DC_PLUGIN_ENTRY "driftcheck_plugin"
@@ -168,6 +168,18 @@ typedef struct dc_numerics2 {
                             (zero) in the first version-2 header, so zero keeps its meaning */
 } dc_numerics2;
 
+/* ABI version 3: the rmsnorm family's reduction of the sum of squares, as the statistical tier reads it
+ * (driftcheck's ReductionShape, docs/ORACLE.md): reduction_threads partial sums, each accumulated over chunks
+ * of reduction_vec consecutive elements (chunk c to thread c % threads), combined by a shuffle tree within
+ * warps of reduction_warp lanes and the warp totals added in order. All zero declares nothing: one sequential
+ * sum, the worst case; otherwise each of the three is at least 1. Only the rmsnorm family reads it. */
+typedef struct dc_numerics3 {
+  int32_t reduction_threads;
+  int32_t reduction_vec;
+  int32_t reduction_warp;
+  int32_t reserved; /* zero */
+} dc_numerics3;
+
 #define DC_MAX_HEAD_DIMS 8
 
 /* ABI version 2: the attention query shapes the kernel runs, checked by driftcheck before supports() is
@@ -205,6 +217,8 @@ typedef struct dc_plugin {
   /* ABI version 2 (read only from a plugin whose abi_version is 2 or more; version 1 has them zero). */
   dc_numerics2 numerics2;
   dc_query_supports query_supports;
+  /* ABI version 3 (read only from a plugin whose abi_version is 3 or more; earlier versions have it zero). */
+  dc_numerics3 numerics3;
 } dc_plugin;
 
 typedef const dc_plugin* (*dc_plugin_entry)(void);

@@ -80,9 +80,9 @@ const OutputMetrics* worst_metrics(const Evaluation& e);
 // Per-element terms of the error model of one output (docs/ORACLE.md derives each). Vectors are row-major
 // over the output's logical shape; an empty vector is a zero term. The tolerance of element i for a backend
 // with Numerics n is
-//   d = base + (n.output_roundings - 1) * intermediate + [n.p_rounded] p_rounding
-//       + [n.kv_dequant_rounded, or n.kv_dequant_rounded_prefill in a prefill row] kv_dequant_rounding
-//       + [n.partials_rounded] partials_rounding + [n.fp8_mfma_decode] fp8_mfma_rounding
+//   d = base + the term of every rounding n declares (the rows of fuzz/oracle/src/rounding_terms.hpp:
+//       (output_roundings - 1) * intermediate, then p_rounding, kv_dequant_rounding, partials_rounding,
+//       fp8_mfma_rounding where their flags apply)
 //   tol = max(d + 0.5 * ulp(dtype, |ref| + d), 2 * baseline)
 struct ErrorModel {
   DType dtype = DType::kF32;         // the output's storage format
