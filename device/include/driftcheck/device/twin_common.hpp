@@ -23,7 +23,7 @@ namespace driftcheck::twin {
 // ---- formats in fp32
 
 // fp32 -> fp16 encoding, round to nearest even, overflow to +-inf, every NaN to the canonical 0x7e00. Agrees
-// with encode(kFormatF16, x) for every float (tests/backends_test.cpp checks a sweep).
+// with encode(kFormatF16, x) for every float (tests/registry_test.cpp checks a sweep).
 inline std::uint16_t f16_bits(float x) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
@@ -58,7 +58,7 @@ inline float round_act(DType act, float x) {
 // The same rounding toward zero (a kernel storing with __float2bfloat16_rz or a truncating conversion, or
 // vLLM's truncating bf16 adds): at most one ulp off, always toward zero, so it only ever shows as a bias.
 // Defined out of line: Debian's GCC 12.2 at -O2 folds the bf16 mask away when this is inlined into a caller
-// that passes a fresh sum (1 + 1.5 * 2^-8 came back unchanged; tests/backends_test.cpp
+// that passes a fresh sum (1 + 1.5 * 2^-8 came back unchanged; tests/attention_twins_test.cpp
 // RocmCustomMfma4TruncatesTheWarpSumWhereMfma16RoundsOnce).
 float round_act_toward_zero(DType act, float x);
 
