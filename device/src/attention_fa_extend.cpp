@@ -15,7 +15,7 @@ void AttentionTwin::extend_panels(const Batch& b, std::int64_t s, std::int64_t g
   gather_one(b, *b.k, b.p->k_scale, s, g, context.k, context.rows);
   gather_one(b, *b.v, b.p->v_scale, s, g, context.v, context.rows);
   const DType kv = b.k->dtype();
-  if (is_fp8(kv)) dequantise_to(k_.context_requantised ? kv : b.act, b, context.k, context.v);
+  if (is_fp8(kv)) dequantise_to(k_.fa.context_requantised ? kv : b.act, b, context.k, context.v);
   fresh.valid = fresh.rows = ql;
   if (bug_ == AttnBug::kExtendNewKvFromCache) {
     // The mutant: the new tokens' rows [ctx, seq_len) read back from their cache slots (what the cache write
@@ -64,16 +64,17 @@ void AttentionTwin::extend_sequence(const Batch& b, std::int64_t s) const {
         const std::int64_t lo =
             w > 0 ? std::max<std::int64_t>(0, j - w + 1) : 0;  // w > 0 only without context
         const FaPartial suffix = fa_varlen_row(b.act, q.data(), fresh.k.data(), fresh.v.data(), b.d, lo, j,
-                                               qk_log2, k_.fa_tile, sc, cap);
+                                               qk_log2, k_.fa.fa_tile, sc, cap);
         float lse = suffix.lse;
         if (ctx > 0) {
           // The context in chunks of `chunk` tokens, one non-causal pass each; the chunk outputs merged in
           // order (prefix: the chunks so far, suffix: the next), each merge stored in act with its LSE.
           FaPartial prefix = fa_varlen_row(b.act, q.data(), context.k.data(), context.v.data(), b.d, 0,
-                                           std::min(chunk, ctx) - 1, qk_log2, k_.fa_tile, sc, cap);
+                                           std::min(chunk, ctx) - 1, qk_log2, k_.fa.fa_tile, sc, cap);
           for (std::int64_t c0 = chunk; c0 < ctx; c0 += chunk) {
-            const FaPartial next = fa_varlen_row(b.act, q.data(), context.k.data(), context.v.data(), b.d, c0,
-                                                 std::min(c0 + chunk, ctx) - 1, qk_log2, k_.fa_tile, sc, cap);
+            const FaPartial next =
+                fa_varlen_row(b.act, q.data(), context.k.data(), context.v.data(), b.d, c0,
+                              std::min(c0 + chunk, ctx) - 1, qk_log2, k_.fa.fa_tile, sc, cap);
             FaPartial merged;
             merged.o.resize(static_cast<std::size_t>(b.d));
             merged.lse = merge_attn_states_row(b.act, prefix, next, merged.o.data());

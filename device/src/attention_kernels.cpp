@@ -25,7 +25,7 @@ void AttentionTwin::paged_sequence(const Batch& b, const Plan& pl, std::int64_t 
   const Shape& qs = b.q->strides();
   const Shape& os = b.o->strides();
   // ll4mi: q at `token * q_stride + head * D`, o at `(token * Hq + head) * D` (heads_addressed_dense).
-  const bool dense = k_.heads_addressed_dense;
+  const bool dense = k_.ll4mi.heads_addressed_dense;
   for (std::int64_t g = 0; g < b.hkv; ++g) {
     gather(b, pl, s, g, panel);
     for (std::int64_t h = 0; h < b.hq; ++h) {
@@ -65,7 +65,7 @@ void AttentionTwin::run(Case& c) const {
   const bool triton_decode = !custom_decode(*b.p, b.max_seq_len);
   AttentionParams unwindowed;
   Batch bc = b;
-  if (k_.triton_decode_2d && !triton_decode && b.p->window > 0) {
+  if (k_.triton_decode.triton_decode_2d && !triton_decode && b.p->window > 0) {
     unwindowed = *b.p;
     unwindowed.window = 0;
     bc.p = &unwindowed;
@@ -74,7 +74,7 @@ void AttentionTwin::run(Case& c) const {
   for (std::int64_t s = 0; s < b.num_seqs; ++s) {
     const std::int64_t qlen = b.query_start[s + 1] - b.query_start[s];
     if (qlen == 0) continue;
-    if (k_.aiter_fa_extend && qlen > 1) {
+    if (k_.fa.aiter_fa_extend && qlen > 1) {
       const bool swa = b.p->window > 0 && b.seq_lens[static_cast<std::size_t>(s)] > qlen;
       if (swa)
         swa_extend_sequence(b, s);
@@ -82,7 +82,7 @@ void AttentionTwin::run(Case& c) const {
         extend_sequence(b, s);
       continue;
     }
-    if (k_.prefix_prefill && qlen > 1) {
+    if (k_.prefill.prefix_prefill && qlen > 1) {
       prefix_prefill_sequence(b, s);
       continue;
     }

@@ -58,20 +58,20 @@ float mfma4_warp_sum(const float* x, std::int64_t n) {
 // rounded once (mfma16), or per warp, each warp's result rounded and the warps summed in act (mfma4).
 Ll4miPartition AttentionTwin::ll4mi_partition(const Batch& b, const Plan& pl, const Row& r,
                                               std::int64_t begin, std::vector<float>& p) const {
-  const std::int64_t len = r.panel->valid, end = std::min(begin + k_.partition, len);
+  const std::int64_t len = r.panel->valid, end = std::min(begin + k_.ll4mi.partition, len);
   // Whole pages gathered (page_tail_unmasked): the kernel loads V for tokens past seq_len too, each from the
   // last context block at slot t % block_size, and multiplies it with P = 0.
   const bool loads_past = r.panel->rows > len;
   const std::int64_t last_page = (cdiv(len, b.bs) - 1) * b.bs;
-  const std::int64_t warps = k_.partition / k_.warp_tokens;
-  const bool mfma4 = b.hq / b.hkv <= k_.mfma4_max_gqa;
+  const std::int64_t warps = k_.ll4mi.partition / k_.ll4mi.warp_tokens;
+  const bool mfma4 = b.hq / b.hkv <= k_.ll4mi.mfma4_max_gqa;
   std::vector<float> warp_max(static_cast<std::size_t>(warps), kMaskedLogit),
       warp_sum(static_cast<std::size_t>(warps), 0.0f), warp_scale(static_cast<std::size_t>(warps));
-  p.assign(static_cast<std::size_t>(k_.partition), 0.0f);
+  p.assign(static_cast<std::size_t>(k_.ll4mi.partition), 0.0f);
   const auto at = [&](std::int64_t t) -> float& { return p[static_cast<std::size_t>(t - begin)]; };
   Ll4miPartition part;
   for (std::int64_t w = 0; w < warps; ++w) {
-    const std::int64_t t0 = begin + w * k_.warp_tokens, t1 = std::min(t0 + k_.warp_tokens, end);
+    const std::int64_t t0 = begin + w * k_.ll4mi.warp_tokens, t1 = std::min(t0 + k_.ll4mi.warp_tokens, end);
     float& m = warp_max[static_cast<std::size_t>(w)];
     for (std::int64_t t = t0; t < t1; ++t) {
       at(t) = t >= r.lo && t <= r.hi ? logit(b, pl, r, t) : kMaskedLogit;
@@ -93,22 +93,22 @@ Ll4miPartition AttentionTwin::ll4mi_partition(const Batch& b, const Plan& pl, co
   const float inv = 1.0f / (part.sum + kSumBias);
   // P to act by from_floatx4, or (fp8 MFMAs) to the cache's fp8 by v_cvt_pk_fp8_f32 (pa_kernels.cuh:596-651).
   for (std::int64_t t = begin; t < end; ++t) {
-    const float x = at(t) * (inv * warp_scale[static_cast<std::size_t>((t - begin) / k_.warp_tokens)]);
+    const float x = at(t) * (inv * warp_scale[static_cast<std::size_t>((t - begin) / k_.ll4mi.warp_tokens)]);
     at(t) = pl.mfma_fp8 == DType::kF32 ? round_act(b.act, x) : static_cast<float>(round_to(pl.mfma_fp8, x));
   }
-  const bool per_warp = k_.warp_partials_in_act && mfma4;
+  const bool per_warp = k_.ll4mi.warp_partials_in_act && mfma4;
   std::vector<float> acc(static_cast<std::size_t>(b.d), 0.0f);
   part.out.assign(static_cast<std::size_t>(b.d), 0.0f);
   for (std::int64_t w = 0; w < warps; ++w) {
-    const std::int64_t t0 = begin + w * k_.warp_tokens;
+    const std::int64_t t0 = begin + w * k_.ll4mi.warp_tokens;
     // Tokens whose V the kernel loads and multiplies: mfma16 (vLLM, aiter pa_v1) runs the SV MFMAs of all
     // four warps' tokens to the partition's end; mfma4 skips a warp that starts at or past seq_len (its
     // output is 0) and runs the others to the warp's end. Past seq_len the V block index is clamped to the
     // last context block, so token t reads that block's slot t % block_size: its tail, and from the next
     // block boundary on its valid slots again.
-    const std::int64_t t_end = !loads_past          ? std::min(t0 + k_.warp_tokens, end)
+    const std::int64_t t_end = !loads_past          ? std::min(t0 + k_.ll4mi.warp_tokens, end)
                                : mfma4 && t0 >= len ? t0
-                                                    : t0 + k_.warp_tokens;
+                                                    : t0 + k_.ll4mi.warp_tokens;
     for (std::int64_t t = t0; t < t_end; ++t) {
       const float pt = at(t);  // 0 past seq_len
       const std::int64_t row = t < len ? t : last_page + t % b.bs;
@@ -139,7 +139,7 @@ float AttentionTwin::ll4mi_row(const Batch& b, const Plan& pl, const Row& r, flo
   if (len == 0) return kNegInf;
   std::vector<Ll4miPartition> parts;
   std::vector<float> p;
-  for (std::int64_t begin = 0; begin < len; begin += k_.partition)
+  for (std::int64_t begin = 0; begin < len; begin += k_.ll4mi.partition)
     parts.push_back(ll4mi_partition(b, pl, r, begin, p));
   float m = parts.front().max;
   for (const Ll4miPartition& q : parts) m = std::fmax(m, q.max);
@@ -162,7 +162,7 @@ float AttentionTwin::ll4mi_row(const Batch& b, const Plan& pl, const Row& r, flo
   for (std::size_t j = 0; j < parts.size(); ++j)
     for (std::int64_t i = 0; i < b.d; ++i)
       out[i] = std::fma(parts[j].out[static_cast<std::size_t>(i)], w[j], out[i]);
-  if (k_.reduce_padded_slots) {
+  if (k_.ll4mi.reduce_padded_slots) {
     // pa_kernels.cuh:1016-1095 at aiter@e4048607 (vLLM's reduce alike): JCHUNK 16, then 32, then MAX_NPAR 64
     // slots per pass; a slot past the last partition reads the last partition's output with weight 0.
     const std::size_t n = parts.size();

@@ -90,21 +90,21 @@ std::int64_t next_pow2(std::int64_t x) {
 void AttentionTwin::plan_launch(const Batch& b, Plan& pl) const {
   const std::int64_t ratio = b.hq / b.hkv;
   pl.block_m = ratio <= 16 ? 16 : next_pow2(ratio);
-  if (k_.launch == UnifiedLaunch::kVllm) {
+  if (k_.unified.launch == UnifiedLaunch::kVllm) {
     // TRITON_ATTN: MIN_LAUNCH_GRID_SIZE_2D (128) / Hkv, snapped to a capture size when decode CUDA graphs
     // are on (the default).
-    const std::int64_t threshold = snap_to_capture_size(128 / b.hkv, k_.capture_sizes);
-    pl.split = k_.split_segments > 0 && b.max_query_len <= 1 && b.num_seqs <= threshold;
-    pl.tile = pl.split ? k_.tile_decode : k_.tile_prefill;
-    if (k_.window_tile_window > 0 && b.p->window == k_.window_tile_window &&
-        contains(k_.window_tile_head_dims, b.d))
-      pl.tile = k_.window_tile;
-    pl.segments = pl.split ? k_.split_segments : 1;
+    const std::int64_t threshold = snap_to_capture_size(128 / b.hkv, k_.unified.capture_sizes);
+    pl.split = k_.unified.split_segments > 0 && b.max_query_len <= 1 && b.num_seqs <= threshold;
+    pl.tile = pl.split ? k_.unified.tile_decode : k_.unified.tile_prefill;
+    if (k_.unified.window_tile_window > 0 && b.p->window == k_.unified.window_tile_window &&
+        contains(k_.unified.window_tile_head_dims, b.d))
+      pl.tile = k_.unified.window_tile;
+    pl.segments = pl.split ? k_.unified.split_segments : 1;
     return;
   }
   // aiter unified_attention (CDNA): target 4 programs per CU; the 3D kernel runs `occ` times more per CU.
   const bool all_decode = b.max_query_len == 1;
-  const std::int64_t target = 4 * k_.device_cus;
+  const std::int64_t target = 4 * k_.unified.device_cus;
   const std::int64_t q_blocks = all_decode ? b.num_seqs : b.num_tokens / (pl.block_m / ratio) + b.num_seqs;
   const std::int64_t grid_2d = q_blocks * b.hkv;
   const std::int64_t decode_tile = std::min<std::int64_t>(64, next_pow2(b.bs));
@@ -133,7 +133,7 @@ Plan AttentionTwin::plan(const Batch& b) const {
   if (k_.schedule == AttnSchedule::kLl4mi) {
     // ll4mi: scale2 = scale * k_scale formed in the kernel in fp32, applied to the fp32 dot product.
     pl.qk_mul = static_cast<float>(b.p->scale) * static_cast<float>(b.p->k_scale);
-  } else if (k_.scale_folded_in_fp32) {
+  } else if (k_.unified.scale_folded_in_fp32) {
     // aiter: qk_scale = scale * RCP_LN2, then * k_descale in fp32. The 2D kernel declares `scale` a
     // tl.constexpr, so scale * RCP_LN2 is folded in double and rounded to fp32 once; the 3D kernel takes a
     // runtime fp32 scale and multiplies in fp32 (two roundings).
@@ -146,11 +146,11 @@ Plan AttentionTwin::plan(const Batch& b) const {
   }
   const double cap_fold = folded && !k_.softcap_from_exp ? kLog2eDouble : 1.0;
   // softcap_dropped without the extend path: the backend gives this kernel no softcap at all.
-  const bool dropped = k_.softcap_dropped && !k_.aiter_fa_extend;
+  const bool dropped = k_.softcap_dropped && !k_.fa.aiter_fa_extend;
   pl.softcap =
       bug_ == AttnBug::kSoftcapMissing || dropped ? 0.0f : static_cast<float>(b.p->softcap * cap_fold);
   pl.v_mul = static_cast<float>(after ? b.p->v_scale : 1.0);
-  if (k_.fp8_mfma && is_fp8(b.k->dtype())) pl.mfma_fp8 = b.k->dtype();
+  if (k_.ll4mi.fp8_mfma && is_fp8(b.k->dtype())) pl.mfma_fp8 = b.k->dtype();
   return pl;
 }
 

@@ -30,10 +30,10 @@ void AttentionTwin::swa_extend_sequence(const Batch& b, std::int64_t s) const {
       gather_one(b, *cache, scale, s, g, *out, len);
       out->erase(out->begin(), out->begin() + first * b.d);
     }
-    if (is_fp8(kv)) dequantise_to(k_.context_requantised ? kv : b.act, b, keys, values);
+    if (is_fp8(kv)) dequantise_to(k_.fa.context_requantised ? kv : b.act, b, keys, values);
     // The extend mutant's bug is reading the new tokens from the cache: it keeps doing so when the twin's
     // defect is repaired.
-    if (!k_.swa_new_kv_from_cache && bug_ != AttnBug::kExtendNewKvFromCache)
+    if (!k_.fa.swa_new_kv_from_cache && bug_ != AttnBug::kExtendNewKvFromCache)
       for (const auto& [input, out] : {std::pair{b.k_new, &keys}, std::pair{b.v_new, &values}})
         load_new_rows(*input, q0, ql, g, b.d, out->data() + (gathered - ql) * b.d);
     for (std::int64_t h = g * (b.hq / b.hkv); h < (g + 1) * (b.hq / b.hkv); ++h) {
@@ -43,7 +43,7 @@ void AttentionTwin::swa_extend_sequence(const Batch& b, std::int64_t s) const {
         const std::int64_t hi = gathered - ql + j;  // the row's own position in the gathered window
         const std::int64_t lo = std::max<std::int64_t>(0, hi - w + 1);
         const FaPartial r = fa_varlen_row(b.act, q.data(), keys.data(), values.data(), b.d, lo, hi, qk_log2,
-                                          k_.fa_tile, sc, cap);
+                                          k_.fa.fa_tile, sc, cap);
         const std::int64_t base = b.o->offset() + tok * os[0] + h * os[1];
         for (std::int64_t i = 0; i < b.d; ++i)
           store(*b.o->storage(), base + i * os[2], r.o[static_cast<std::size_t>(i)]);
@@ -106,24 +106,24 @@ void AttentionTwin::prefix_prefill_sequence(const Batch& b, std::int64_t s) cons
         load_run(*b.q->storage(), b.q->offset() + (q0 + j) * qs[0] + h * qs[1], qs[2], d, q.data());
         PrefillRow st = start_row(d, b.sinks, h);
         // Context: every key below ctx, no causal mask; the window measured from the row's position ctx + j.
-        for (std::int64_t t0 = 0; t0 < ctx; t0 += k_.pp_ctx_tile) {
-          tile.reset(k_.pp_ctx_tile);
-          for (std::int64_t t = t0; t < std::min(t0 + k_.pp_ctx_tile, ctx); ++t) {
+        for (std::int64_t t0 = 0; t0 < ctx; t0 += k_.prefill.pp_ctx_tile) {
+          tile.reset(k_.prefill.pp_ctx_tile);
+          for (std::int64_t t = t0; t < std::min(t0 + k_.prefill.pp_ctx_tile, ctx); ++t) {
             put(static_cast<std::size_t>(t - t0), ctx_k.data() + t * d, ctx_v.data() + t * d,
                 ctx_bad[static_cast<std::size_t>(t)], !(sw > 0 && ctx + j - t >= sw));
           }
-          prefill_step(b.act, d, tile, masked_pv, k_.nan_row_zeroed, st);
+          prefill_step(b.act, d, tile, masked_pv, k_.prefill.nan_row_zeroed, st);
         }
         // New tokens: tiles of BLOCK_N up to the end of the row's BLOCK_M block, causal.
-        const std::int64_t block_end = (j / k_.pp_block_m + 1) * k_.pp_block_m;
+        const std::int64_t block_end = (j / k_.prefill.pp_block_m + 1) * k_.prefill.pp_block_m;
         const std::int64_t hi = j + (bug_ == AttnBug::kCausalOffByOne ? 1 : 0);
-        for (std::int64_t n0 = 0; n0 < block_end; n0 += k_.pp_block_n) {
-          tile.reset(k_.pp_block_n);
-          for (std::int64_t n = n0; n < std::min(n0 + k_.pp_block_n, ql); ++n) {
+        for (std::int64_t n0 = 0; n0 < block_end; n0 += k_.prefill.pp_block_n) {
+          tile.reset(k_.prefill.pp_block_n);
+          for (std::int64_t n = n0; n < std::min(n0 + k_.prefill.pp_block_n, ql); ++n) {
             put(static_cast<std::size_t>(n - n0), new_k.data() + n * d, new_v.data() + n * d,
                 new_bad[static_cast<std::size_t>(n)], !(n > hi || (sw > 0 && j - n >= sw)));
           }
-          prefill_step(b.act, d, tile, masked_pv, k_.nan_row_zeroed, st);
+          prefill_step(b.act, d, tile, masked_pv, k_.prefill.nan_row_zeroed, st);
         }
         for (std::int64_t i = 0; i < d; ++i)
           out[static_cast<std::size_t>(i)] =

@@ -55,7 +55,7 @@ void AttentionTwin::gather(const Batch& b, const Plan& pl, std::int64_t s, std::
   // the slots past seq_len in the last page, where a case keeps its poison.
   const bool whole_pages =
       bug_ == AttnBug::kMaskedPTimesV ||
-      (k_.page_tail_unmasked && (k_.schedule == AttnSchedule::kLl4mi || pl.tile == b.bs));
+      (k_.unified.page_tail_unmasked && (k_.schedule == AttnSchedule::kLl4mi || pl.tile == b.bs));
   panel.rows = whole_pages ? cdiv(panel.valid, b.bs) * b.bs : panel.valid;
   gather_one(b, *b.k, b.p->k_scale, s, g, panel.k, panel.rows);
   gather_one(b, *b.v, b.p->v_scale, s, g, panel.v, panel.rows);

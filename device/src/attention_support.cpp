@@ -32,7 +32,7 @@ bool extend_chunks(const Case& c) {
 
 bool AttentionTwin::reaches_ll4mi_decode(const Case& c) const {
   return k_.schedule == AttnSchedule::kLl4mi && has_decode_sequence(c) &&
-         !(k_.windowed_decode && c.get<AttentionParams>().window > 0);
+         !(k_.fa.windowed_decode && c.get<AttentionParams>().window > 0);
 }
 
 // use_rocm_custom_paged_attention (vllm/platforms/rocm.py, gfx9 branch, read at e2a00c7) for a batch, as
@@ -41,15 +41,16 @@ bool AttentionTwin::reaches_ll4mi_decode(const Case& c) const {
 // power-of-two page, VLLM_ROCM_CUSTOM_PAGED_ATTN on and aiter's paged attention off hold for every case the
 // twin accepts). A twin without the Triton decode path sends every decode row to its one decode kernel.
 bool AttentionTwin::custom_decode(const AttentionParams& p, std::int64_t max_seq_len) const {
-  if (!k_.triton_decode_2d) return true;
+  if (!k_.triton_decode.triton_decode_2d) return true;
   const std::int64_t passed = passed_window(p);
   const std::int64_t ratio = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
-  return passed <= 0 && contains(k_.head_dims, p.head_dim) && contains(k_.block_sizes, p.block_size) &&
-         ratio >= 1 && ratio <= k_.max_gqa_ratio && max_seq_len <= k_.custom_max_seq_len && !p.has_sinks;
+  return passed <= 0 && contains(k_.accepts.head_dims, p.head_dim) &&
+         contains(k_.accepts.block_sizes, p.block_size) && ratio >= 1 && ratio <= k_.accepts.max_gqa_ratio &&
+         max_seq_len <= k_.triton_decode.custom_max_seq_len && !p.has_sinks;
 }
 
 bool AttentionTwin::custom_decode(const Case& c) const {
-  if (!k_.triton_decode_2d) return true;
+  if (!k_.triton_decode.triton_decode_2d) return true;
   const std::vector<std::int32_t> lens = load_ints(c.tensor("seq_lens"));
   const std::int64_t longest = lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end());
   return custom_decode(c.get<AttentionParams>(), longest);
@@ -58,7 +59,7 @@ bool AttentionTwin::custom_decode(const Case& c) const {
 // The window a twin's backend passes its kernels: ROCM_ATTN's (window - 1, 0)[0], the layer's window less one
 // (defect window_one_short; 0 is none); the layer's window otherwise.
 std::int64_t AttentionTwin::passed_window(const AttentionParams& p) const {
-  return p.window > 0 && k_.window_one_short ? p.window - 1 : p.window;
+  return p.window > 0 && k_.prefill.window_one_short ? p.window - 1 : p.window;
 }
 
 // The window ROCM_ATTN's Triton kernels apply (SLIDING_WINDOW): the passed window; the window mutant's one
@@ -73,12 +74,12 @@ std::int64_t AttentionTwin::kernel_window(const AttentionParams& p) const {
 // exactly and only the prefill rows round (kv_dequant_rounded_prefill, declared).
 Numerics AttentionTwin::numerics_for(const Case& c) const {
   Numerics n = numerics();
-  if (k_.triton_decode_2d && c.op == OpKind::kAttention && c.has("seq_lens") && c.has("query_start_loc") &&
-      has_decode_sequence(c) && !custom_decode(c))
+  if (k_.triton_decode.triton_decode_2d && c.op == OpKind::kAttention && c.has("seq_lens") &&
+      c.has("query_start_loc") && has_decode_sequence(c) && !custom_decode(c))
     n.kv_dequant_rounded = true;
   // ROCM_AITER_FA gathers an extend's context in chunks of 32768 / (extends in the batch) tokens and merges
   // them in act: a sequence whose context exceeds its batch's chunk has outputs that depend on the batch.
-  if (k_.aiter_fa_extend && c.op == OpKind::kAttention && c.has("query_start_loc") && c.has("seq_lens") &&
+  if (k_.fa.aiter_fa_extend && c.op == OpKind::kAttention && c.has("query_start_loc") && c.has("seq_lens") &&
       extend_chunks(c))
     n.batch_invariant = false;
   // ROCM_AITER_FA declares fp8 MFMAs for its decode rows (the error model's term is 0 outside fp8 decode
@@ -91,7 +92,7 @@ Numerics AttentionTwin::numerics_for(const Case& c) const {
 }
 
 Support AttentionTwin::supports_kv(const Case& c) const {
-  const std::string& who = k_.name_for_reasons;
+  const std::string& who = k_.accepts.name_for_reasons;
   const DType kv = c.tensor("k_cache").dtype();
   if (kv != c.tensor("v_cache").dtype()) return Support::no("k_cache and v_cache differ in dtype");
   if (kv == c.tensor("o").dtype()) return Support::yes();
@@ -100,7 +101,7 @@ Support AttentionTwin::supports_kv(const Case& c) const {
   // ROCM_AITER_FA: fp8 decode rows reach paged_attention_v1's fp8 MFMAs only without a window (windowed
   // decode runs the unified kernel). q is converted to fp8 there without a clamp: what the conversion makes
   // of a value beyond the format's range is not modelled.
-  if (k_.fp8_mfma && reaches_ll4mi_decode(c)) {
+  if (k_.ll4mi.fp8_mfma && reaches_ll4mi_decode(c)) {
     const FloatFormat f = float_format_of(kv);
     const Tensor& q = c.tensor("q");
     const std::vector<double> qv = q.to_f64();
@@ -121,62 +122,63 @@ Support AttentionTwin::supports_kv(const Case& c) const {
   // ROCM_ATTN: decode rows go to the custom paged kernel (kv_dtypes) or the Triton decode kernel, prefill
   // rows to the Triton prefix prefill (both pp_kv_dtypes); a batch needs every kernel it reaches to read its
   // cache.
-  const bool custom_rows = (!k_.prefix_prefill || has_decode_sequence(c)) && custom_decode(c);
-  const std::vector<DType>& allowed = custom_rows ? k_.kv_dtypes : k_.pp_kv_dtypes;
+  const bool custom_rows = (!k_.prefill.prefix_prefill || has_decode_sequence(c)) && custom_decode(c);
+  const std::vector<DType>& allowed = custom_rows ? k_.accepts.kv_dtypes : k_.prefill.pp_kv_dtypes;
   if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), kv) == allowed.end()) {
     std::vector<std::string_view> names;
     for (DType t : allowed) names.push_back(dtype_name(t));
     return Support::no(fmt::format("KV cache {}: {} stores fp8 as {} only{}", dtype_name(kv), who,
-                                   join(names, " or "), k_.prefix_prefill ? kDecodeRows : ""));
+                                   join(names, " or "), k_.prefill.prefix_prefill ? kDecodeRows : ""));
   }
   return Support::yes();
 }
 
 Support AttentionTwin::supports(const Case& c) const {
   const auto& p = c.get<AttentionParams>();
-  const std::string& who = k_.name_for_reasons;
+  const std::string& who = k_.accepts.name_for_reasons;
   if (Support s = check_act_dtype(c.tensor("o"), "o"); !s.ok) return s;
   if (c.tensor("q").dtype() != c.tensor("o").dtype())
     return Support::no("q and o differ in dtype: the kernel reads and writes the activation dtype");
   if (Support s = supports_kv(c); !s.ok) return s;
   if (p.block_size % 16 != 0)
     return Support::no(fmt::format("block_size {}: {} needs a multiple of 16", p.block_size, who));
-  if (!k_.block_sizes.empty() && !contains(k_.block_sizes, p.block_size))
+  if (!k_.accepts.block_sizes.empty() && !contains(k_.accepts.block_sizes, p.block_size))
     return Support::no(fmt::format("block_size {}: {} supports KV block sizes {} only", p.block_size, who,
-                                   join(k_.block_sizes, " and ")));
+                                   join(k_.accepts.block_sizes, " and ")));
   // ROCM_ATTN: what only the custom paged kernel restricts applies to batches whose decode rows it runs; the
   // others run the Triton kernels alone (prefix prefill, kernel_paged_attention_2d).
-  const bool decode_rows = !k_.prefix_prefill || has_decode_sequence(c);
+  const bool decode_rows = !k_.prefill.prefix_prefill || has_decode_sequence(c);
   const bool custom_rows = decode_rows && custom_decode(c);
-  const std::string_view decode_note = k_.prefix_prefill ? kDecodeRows : "";
-  if (!custom_rows && !k_.pp_head_dims.empty() && !contains(k_.pp_head_dims, p.head_dim))
+  const std::string_view decode_note = k_.prefill.prefix_prefill ? kDecodeRows : "";
+  if (!custom_rows && !k_.prefill.pp_head_dims.empty() && !contains(k_.prefill.pp_head_dims, p.head_dim))
     return Support::no(fmt::format("head_dim {}: {} supports head sizes {} only", p.head_dim, who,
-                                   join(k_.pp_head_dims, " and ")));
-  if (custom_rows && !k_.head_dims.empty() && !contains(k_.head_dims, p.head_dim))
+                                   join(k_.prefill.pp_head_dims, " and ")));
+  if (custom_rows && !k_.accepts.head_dims.empty() && !contains(k_.accepts.head_dims, p.head_dim))
     return Support::no(fmt::format("head_dim {}: {} supports head sizes {} only{}", p.head_dim, who,
-                                   join(k_.head_dims, " and "), decode_note));
-  if (p.head_dim < k_.min_head_dim || (k_.max_head_dim > 0 && p.head_dim > k_.max_head_dim))
-    return Support::no(fmt::format("head_dim {}: {} supports head sizes {}..{}", p.head_dim, who,
-                                   k_.min_head_dim,
-                                   k_.max_head_dim > 0 ? fmt::format("{}", k_.max_head_dim) : ""));
-  const std::int64_t ratio = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
-  if (custom_rows && k_.max_gqa_ratio > 0 && ratio > k_.max_gqa_ratio)
+                                   join(k_.accepts.head_dims, " and "), decode_note));
+  if (p.head_dim < k_.accepts.min_head_dim ||
+      (k_.accepts.max_head_dim > 0 && p.head_dim > k_.accepts.max_head_dim))
     return Support::no(
-        fmt::format("GQA ratio {}: {} supports 1..{}{}", ratio, who, k_.max_gqa_ratio, decode_note));
+        fmt::format("head_dim {}: {} supports head sizes {}..{}", p.head_dim, who, k_.accepts.min_head_dim,
+                    k_.accepts.max_head_dim > 0 ? fmt::format("{}", k_.accepts.max_head_dim) : ""));
+  const std::int64_t ratio = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
+  if (custom_rows && k_.accepts.max_gqa_ratio > 0 && ratio > k_.accepts.max_gqa_ratio)
+    return Support::no(
+        fmt::format("GQA ratio {}: {} supports 1..{}{}", ratio, who, k_.accepts.max_gqa_ratio, decode_note));
   // The window the decode kernel is passed: ROCM_ATTN's custom kernel is reached with a window of 1 (passed
   // as 0: no window).
-  if (custom_rows && passed_window(p) > 0 && !k_.window)
+  if (custom_rows && passed_window(p) > 0 && !k_.accepts.window)
     return Support::no(fmt::format("sliding window: {} has none{}", who, decode_note));
-  if (p.softcap > 0 && !k_.softcap_unmodelled.empty())
-    return Support::no(fmt::format("softcap: {}", k_.softcap_unmodelled));
-  if (p.softcap > 0 && !k_.softcap) return Support::no(fmt::format("softcap: {} has none", who));
+  if (p.softcap > 0 && !k_.accepts.softcap_unmodelled.empty())
+    return Support::no(fmt::format("softcap: {}", k_.accepts.softcap_unmodelled));
+  if (p.softcap > 0 && !k_.accepts.softcap) return Support::no(fmt::format("softcap: {} has none", who));
   if (custom_rows && p.has_sinks && k_.sinks == SinkPath::kNone)
     return Support::no(fmt::format("sinks: {} has none{}", who, decode_note));
-  if (!p.causal && !k_.non_causal)
-    return Support::no(fmt::format("non-causal attention: {}", k_.causal_reason.empty()
+  if (!p.causal && !k_.accepts.non_causal)
+    return Support::no(fmt::format("non-causal attention: {}", k_.accepts.causal_reason.empty()
                                                                    ? fmt::format("{} is causal only", who)
-                                                                   : k_.causal_reason));
-  if (k_.tile_divides_block_3d) {
+                                                                   : k_.accepts.causal_reason));
+  if (k_.unified.tile_divides_block_3d) {
     const Batch b = shape_of(c);
     if (b.hkv > 0 && b.hq % b.hkv == 0 && static_cast<std::int64_t>(b.query_start.size()) == b.num_seqs + 1) {
       Plan pl{};
@@ -189,8 +191,8 @@ Support AttentionTwin::supports(const Case& c) const {
                         p.block_size, who, pl.tile));
     }
   }
-  if (k_.aiter_fa_extend) return supports_extend(c);
-  if (k_.triton_decode_2d && !custom_decode(c)) {
+  if (k_.fa.aiter_fa_extend) return supports_extend(c);
+  if (k_.triton_decode.triton_decode_2d && !custom_decode(c)) {
     // kernel_paged_attention_2d runs one program per sequence and returns only for query lengths above 1.
     const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
     for (std::size_t s = 0; s + 1 < qsl.size(); ++s)
@@ -201,16 +203,16 @@ Support AttentionTwin::supports(const Case& c) const {
             "past the last: a race or an overrun the twin does not model)",
             s, qsl[s]));
   }
-  if (k_.prefix_prefill) return supports_prefix_prefill(c);
-  if (k_.max_query_len > 0) {
+  if (k_.prefill.prefix_prefill) return supports_prefix_prefill(c);
+  if (k_.accepts.max_query_len > 0) {
     const std::vector<std::int32_t> qsl = load_ints(c.tensor("query_start_loc"));
     for (std::size_t s = 0; s + 1 < qsl.size(); ++s)
-      if (qsl[s + 1] - qsl[s] > k_.max_query_len)
+      if (qsl[s + 1] - qsl[s] > k_.accepts.max_query_len)
         return Support::no(
-            k_.long_query_unmodelled.empty()
+            k_.accepts.long_query_unmodelled.empty()
                 ? fmt::format("query length {}: {} is a decode kernel (query length <= {})",
-                              qsl[s + 1] - qsl[s], who, k_.max_query_len)
-                : fmt::format("query length {}: {}", qsl[s + 1] - qsl[s], k_.long_query_unmodelled));
+                              qsl[s + 1] - qsl[s], who, k_.accepts.max_query_len)
+                : fmt::format("query length {}: {}", qsl[s + 1] - qsl[s], k_.accepts.long_query_unmodelled));
   }
   return Support::yes();
 }

@@ -19,7 +19,7 @@ void AttentionTwin::triton_decode_sequence(const Batch& b, std::int64_t s) const
   const std::int64_t len = b.seq_lens[static_cast<std::size_t>(s)];
   const std::int64_t loaded = cdiv(len, bs) * bs;
   const std::int64_t sw = kernel_window(*b.p);
-  const bool tail = k_.paged_2d_tail_unmasked || bug_ == AttnBug::kMaskedPTimesV;
+  const bool tail = k_.triton_decode.paged_2d_tail_unmasked || bug_ == AttnBug::kMaskedPTimesV;
   std::vector<float> keys, values, q(static_cast<std::size_t>(d)), out(q.size());
   const Shape &qs = b.q->strides(), &os = b.o->strides();
   PrefillTile tile;
@@ -41,14 +41,14 @@ void AttentionTwin::triton_decode_sequence(const Batch& b, std::int64_t s) const
         for (std::int64_t t = t0; t < t0 + bs; ++t) {
           const auto i = static_cast<std::size_t>(t - t0);
           const bool outside = t < len && sw > 0 && len - 1 - t >= sw;
-          if ((t >= len && !tail) || (outside && !k_.window_logit_finite)) continue;
+          if ((t >= len && !tail) || (outside && !k_.triton_decode.window_logit_finite)) continue;
           tile.v[i] = values.data() + t * d;
           tile.v_nonfinite[i] = bad[static_cast<std::size_t>(t)];
           if (t >= len) continue;  // logit -inf
           tile.masked[i] = 0;
           tile.scores[i] = outside ? kWindowMaskedLogit : triton_logit(b, q.data(), keys.data() + t * d);
         }
-        prefill_step(b.act, d, tile, /*masked_p_times_v=*/true, k_.nan_row_zeroed, st);
+        prefill_step(b.act, d, tile, /*masked_p_times_v=*/true, k_.prefill.nan_row_zeroed, st);
       }
       for (std::int64_t i = 0; i < d; ++i)
         out[static_cast<std::size_t>(i)] =

@@ -62,7 +62,8 @@ struct Plan {
   float qk_mul;   // logits = qk_mul * dot(q, k)
   float softcap;  // natural units; 0: none
   float v_mul;    // applied to the output (scale-after kernels) or 1
-  // ll4mi with fp8 MFMAs (AttnKernel::fp8_mfma and an fp8 cache): q and P rounded to this format; kF32: none.
+  // ll4mi with fp8 MFMAs (AttnKernel::ll4mi.fp8_mfma and an fp8 cache): q and P rounded to this format; kF32:
+  // none.
   DType mfma_fp8 = DType::kF32;
   // Unified (kTiled) kernels: the launcher's choices.
   bool split = false;     // the 3D (split-KV) path
@@ -138,8 +139,8 @@ class AttentionTwin final : public TwinBackend {
  public:
   AttentionTwin(TwinInfo info, AttnKernel kernel, AttnBug bug)
       : TwinBackend(std::move(info)), k_(std::move(kernel)), bug_(bug) {
-    if (k_.windowed_decode)
-      window_twin_ = std::make_unique<AttentionTwin>(this->info(), *k_.windowed_decode, bug_);
+    if (k_.fa.windowed_decode)
+      window_twin_ = std::make_unique<AttentionTwin>(this->info(), *k_.fa.windowed_decode, bug_);
   }
 
   Support supports(const Case& c) const override;
@@ -148,18 +149,18 @@ class AttentionTwin final : public TwinBackend {
   // defect: repairing it repairs both).
   std::vector<std::string> modelled_defects() const override {
     std::vector<std::string> out = defects_on(k_, kDefects);
-    if (k_.windowed_decode)
-      for (std::string& d : defects_on(*k_.windowed_decode, kDefects))
+    if (k_.fa.windowed_decode)
+      for (std::string& d : defects_on(*k_.fa.windowed_decode, kDefects))
         if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
     return out;
   }
   std::unique_ptr<Backend> without_defects(const std::vector<std::string>& names) const override {
     AttnKernel k = k_;
     bool any = repair_defects(k, kDefects, names);
-    if (k_.windowed_decode) {
-      AttnKernel w = *k_.windowed_decode;
+    if (k_.fa.windowed_decode) {
+      AttnKernel w = *k_.fa.windowed_decode;
       any = repair_defects(w, kDefects, names) || any;
-      k.windowed_decode = std::make_shared<const AttnKernel>(std::move(w));
+      k.fa.windowed_decode = std::make_shared<const AttnKernel>(std::move(w));
     }
     if (!any) return nullptr;
     return std::make_unique<AttentionTwin>(info(), std::move(k), bug_);
@@ -168,21 +169,23 @@ class AttentionTwin final : public TwinBackend {
  private:
   // The upstream defects the kernel parameters can reproduce (docs/FINDINGS.md names each).
   static constexpr std::array<DefectSwitch<AttnKernel>, 15> kDefects{{
-      {"softcap_from_exp", &AttnKernel::softcap_from_exp},
-      {"page_tail_unmasked", &AttnKernel::page_tail_unmasked},
-      {"masked_p_times_v", &AttnKernel::masked_p_times_v},
-      {"empty_tile_step", &AttnKernel::empty_tile_step},
-      {"warp_partials_in_act", &AttnKernel::warp_partials_in_act},
-      {"reduce_padded_slots", &AttnKernel::reduce_padded_slots},
-      {"context_requantised", &AttnKernel::context_requantised},
-      {"heads_addressed_dense", &AttnKernel::heads_addressed_dense},
-      {"softcap_dropped", &AttnKernel::softcap_dropped},
-      {"e5m2_read_as_e4m3", &AttnKernel::e5m2_read_as_e4m3},
-      {"window_one_short", &AttnKernel::window_one_short},
-      {"nan_row_zeroed", &AttnKernel::nan_row_zeroed},
-      {"window_logit_finite", &AttnKernel::window_logit_finite},
-      {"paged_2d_tail_unmasked", &AttnKernel::paged_2d_tail_unmasked},
-      {"swa_new_kv_from_cache", &AttnKernel::swa_new_kv_from_cache},
+      defect<AttnKernel, &AttnKernel::softcap_from_exp>("softcap_from_exp"),
+      defect<AttnKernel, &AttnKernel::unified, &UnifiedSwitches::page_tail_unmasked>("page_tail_unmasked"),
+      defect<AttnKernel, &AttnKernel::masked_p_times_v>("masked_p_times_v"),
+      defect<AttnKernel, &AttnKernel::empty_tile_step>("empty_tile_step"),
+      defect<AttnKernel, &AttnKernel::ll4mi, &Ll4miSwitches::warp_partials_in_act>("warp_partials_in_act"),
+      defect<AttnKernel, &AttnKernel::ll4mi, &Ll4miSwitches::reduce_padded_slots>("reduce_padded_slots"),
+      defect<AttnKernel, &AttnKernel::fa, &FaExtendSwitches::context_requantised>("context_requantised"),
+      defect<AttnKernel, &AttnKernel::ll4mi, &Ll4miSwitches::heads_addressed_dense>("heads_addressed_dense"),
+      defect<AttnKernel, &AttnKernel::softcap_dropped>("softcap_dropped"),
+      defect<AttnKernel, &AttnKernel::e5m2_read_as_e4m3>("e5m2_read_as_e4m3"),
+      defect<AttnKernel, &AttnKernel::prefill, &PrefixPrefillSwitches::window_one_short>("window_one_short"),
+      defect<AttnKernel, &AttnKernel::prefill, &PrefixPrefillSwitches::nan_row_zeroed>("nan_row_zeroed"),
+      defect<AttnKernel, &AttnKernel::triton_decode, &TritonDecodeSwitches::window_logit_finite>(
+          "window_logit_finite"),
+      defect<AttnKernel, &AttnKernel::triton_decode, &TritonDecodeSwitches::paged_2d_tail_unmasked>(
+          "paged_2d_tail_unmasked"),
+      defect<AttnKernel, &AttnKernel::fa, &FaExtendSwitches::swa_new_kv_from_cache>("swa_new_kv_from_cache"),
   }};
 
   Numerics numerics_for(const Case& c) const override;

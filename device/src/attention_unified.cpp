@@ -16,10 +16,10 @@ TileBounds AttentionTwin::block_tiles(const Batch& b, const Plan& pl, const Row&
     const std::int64_t qpos_hi = std::min(qpos_lo + span, r.qlen - 1);
     tb.tile_start = std::max<std::int64_t>(0, (ctx + qpos_lo - w + 1) / tile);
     tb.tile_end = std::min((ctx + qpos_hi) / tile + 1, tb.tile_end);
-    if (k_.window_v_zeroed) tb.window_v_from = ctx + qpos_lo - w + 1;
+    if (k_.unified.window_v_zeroed) tb.window_v_from = ctx + qpos_lo - w + 1;
   }
   // A tile of exactly one page is loaded without a mask (aiter); the mutant reads to the page end.
-  if (k_.page_tail_unmasked && tile == b.bs) tb.load_end = std::max(tb.load_end, tb.tile_end * tile);
+  if (k_.unified.page_tail_unmasked && tile == b.bs) tb.load_end = std::max(tb.load_end, tb.tile_end * tile);
   if (bug_ == AttnBug::kMaskedPTimesV) tb.load_end = std::max(tb.load_end, cdiv(len, b.bs) * b.bs);
   return tb;
 }
@@ -52,7 +52,7 @@ void AttentionTwin::unified_tile(const Batch& b, const Plan& pl, const Row& r, c
     const float* vt = r.panel->v.data() + t * b.d;
     for (std::int64_t i = 0; i < b.d; ++i) st.acc[static_cast<std::size_t>(i)] += pv * vt[i];
   }
-  st.l = k_.l_fma ? std::fma(st.l, alpha, tile_sum) : st.l * alpha + tile_sum;
+  st.l = k_.unified.l_fma ? std::fma(st.l, alpha, tile_sum) : st.l * alpha + tile_sum;
   st.m = m;
 }
 
@@ -78,8 +78,9 @@ float AttentionTwin::tiled_row(const Batch& b, const Plan& pl, const Row& r, std
   if (!pl.split) {
     const State& st = segs.front();
     for (std::int64_t i = 0; i < b.d; ++i)
-      out[i] = k_.launch == UnifiedLaunch::kAiter ? st.acc[static_cast<std::size_t>(i)] * (pl.v_mul / st.l)
-                                                  : st.acc[static_cast<std::size_t>(i)] / st.l;
+      out[i] = k_.unified.launch == UnifiedLaunch::kAiter
+                   ? st.acc[static_cast<std::size_t>(i)] * (pl.v_mul / st.l)
+                   : st.acc[static_cast<std::size_t>(i)] / st.l;
     return natural_lse(k_.exp, st.m, st.l);
   }
   float m = kNegInf;

@@ -28,30 +28,30 @@ constexpr const char* kAiterProvenance =
 AttnKernel aiter_unified_kernel(int cus, DType fp8) {
   AttnKernel k;
   k.schedule = AttnSchedule::kTiled;
-  k.launch = UnifiedLaunch::kAiter;
+  k.unified.launch = UnifiedLaunch::kAiter;
   k.exp = ExpImpl::kExp2Folded;
   k.dequant = KvDequant::kScaleAfter;
   k.sinks = SinkPath::kInitialMax;
-  k.device_cus = cus;
-  k.page_tail_unmasked = true;
+  k.unified.device_cus = cus;
+  k.unified.page_tail_unmasked = true;
   k.softcap_from_exp = true;
-  k.scale_folded_in_fp32 = true;
+  k.unified.scale_folded_in_fp32 = true;
   // Triton's AMD backend fuses fp ops like the NVIDIA one (HIPOptions.enable_fp_fusion defaults to true and
   // is passed to LLVM's code generation): L * alpha + l_j is one FMA.
-  k.l_fma = true;
+  k.unified.l_fma = true;
   // vLLM's ROCM_AITER_UNIFIED_ATTN backend (00e5aa02): block sizes MultipleOf(16) (supports_block_size,
   // get_kv_cache_shape), head sizes >= 32 with no upper bound (supports_head_size); the 3D path's
   // select_3d_config asserts TILE_SIZE % block_size == 0 where the tile exceeds the block (block size 48).
-  k.min_head_dim = 32;
-  k.tile_divides_block_3d = true;
+  k.accepts.min_head_dim = 32;
+  k.unified.tile_divides_block_3d = true;
   // Cache dtypes auto/float16/bfloat16/fp8/fp8_e4m3/fp8_e5m2; vLLM views every fp8 cache as the platform's
   // e4m3 (fnuz on MI300X, fn on MI355X), which is the e4m3_dtype select_3d_config accepts, so an fp8_e5m2
   // cache runs with its bytes read as e4m3 (defect e5m2_read_as_e4m3).
-  k.kv_dtypes = {fp8, DType::kF8E5M2};
+  k.accepts.kv_dtypes = {fp8, DType::kF8E5M2};
   k.fp8_view = fp8;
   k.e5m2_read_as_e4m3 = true;
-  k.non_causal = false;
-  k.causal_reason = "aiter unified_attention asserts causal (\"Only causal attention is supported\")";
+  k.accepts.non_causal = false;
+  k.accepts.causal_reason = "aiter unified_attention asserts causal (\"Only causal attention is supported\")";
   return k;
 }
 
@@ -59,7 +59,7 @@ namespace {
 
 std::unique_ptr<Backend> aiter_unified(std::string name, std::string device, int cus, DType fp8) {
   AttnKernel k = aiter_unified_kernel(cus, fp8);
-  k.name_for_reasons = fmt::format("ROCM_AITER_UNIFIED_ATTN ({})", device);
+  k.accepts.name_for_reasons = fmt::format("ROCM_AITER_UNIFIED_ATTN ({})", device);
   TwinInfo i;
   i.name = std::move(name);
   i.description = fmt::format(

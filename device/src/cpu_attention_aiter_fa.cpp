@@ -16,9 +16,9 @@ namespace driftcheck::twin {
 // heads_addressed_dense). Decode rows of a windowed case: aiter's unified_attention (rocm_aiter_fa.py
 // `use_unified_attention`), the cpu.attn.aiter_unified_* arithmetic on the 2D path (a window forces it, so no
 // CU count enters). With an fp8 cache the decode kernel runs QK and P.V on fp8 MFMAs: q and the normalised P
-// converted to the cache's fp8 (AttnKernel::fp8_mfma; a q beyond the format's range is declined, its
+// converted to the cache's fp8 (AttnKernel::ll4mi.fp8_mfma; a q beyond the format's range is declined, its
 // unclamped conversion not modelled). Rows of sequences with query length > 1 take the prefill/extend
-// path (AttnKernel::aiter_fa_extend; contexts in chunks of 32768 / extends), which vLLM calls without the
+// path (AttnKernel::fa.aiter_fa_extend; contexts in chunks of 32768 / extends), which vLLM calls without the
 // softcap (defect softcap_dropped); a windowed extend runs extend_for_sliding_window, whose window of keys,
 // new tokens included, is gathered from the cache (defect swa_new_kv_from_cache).
 AttnKernel aiter_fa_kernel() {
@@ -27,32 +27,32 @@ AttnKernel aiter_fa_kernel() {
   k.exp = ExpImpl::kFastExp;
   k.dequant = KvDequant::kScaleAfter;
   k.sinks = SinkPath::kNone;
-  k.partition = 256;
-  k.warp_tokens = 64;
-  k.mfma4_max_gqa = 0;  // pa_v1 instantiates the mfma16 kernel only
-  k.page_tail_unmasked = true;
-  k.heads_addressed_dense = true;
-  k.reduce_padded_slots = true;
+  k.ll4mi.partition = 256;
+  k.ll4mi.warp_tokens = 64;
+  k.ll4mi.mfma4_max_gqa = 0;  // pa_v1 instantiates the mfma16 kernel only
+  k.unified.page_tail_unmasked = true;
+  k.ll4mi.heads_addressed_dense = true;
+  k.ll4mi.reduce_padded_slots = true;
   k.masked_p_times_v = true;
   k.empty_tile_step = false;
   k.softcap_from_exp = false;
   k.softcap_times_rcp = true;
-  k.block_sizes = {16, 32};
+  k.accepts.block_sizes = {16, 32};
   // The backend's head sizes; the kernel needs multiples of 64 (VHELOOP = HEAD_SIZE / 64).
-  k.head_dims = {64, 128, 256};
-  k.aiter_fa_extend = true;
-  k.context_requantised = true;
-  k.swa_new_kv_from_cache = true;
+  k.accepts.head_dims = {64, 128, 256};
+  k.fa.aiter_fa_extend = true;
+  k.fa.context_requantised = true;
+  k.fa.swa_new_kv_from_cache = true;
   k.softcap_dropped = true;
   // fp8 caches: the platform's e4m3 (current_platform.fp8_dtype(): fnuz on MI300, fn on MI355); the unified
   // kernel casts either to act unscaled (exact) and folds k_scale into its logit multiplier.
-  k.kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN};
+  k.accepts.kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN};
   AttnKernel unified = aiter_unified_kernel(0, DType::kF8E4M3FNUZ);
-  unified.kv_dtypes = k.kv_dtypes;
+  unified.accepts.kv_dtypes = k.accepts.kv_dtypes;
   unified.e5m2_read_as_e4m3 = false;  // no e5m2 cache reaches ROCM_AITER_FA (its kv_dtypes above)
-  k.windowed_decode = std::make_shared<const AttnKernel>(std::move(unified));
-  k.name_for_reasons = "ROCM_AITER_FA paged_attention_v1";
-  k.fp8_mfma = true;
+  k.fa.windowed_decode = std::make_shared<const AttnKernel>(std::move(unified));
+  k.accepts.name_for_reasons = "ROCM_AITER_FA paged_attention_v1";
+  k.ll4mi.fp8_mfma = true;
   return k;
 }
 

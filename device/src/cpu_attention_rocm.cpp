@@ -17,13 +17,13 @@ namespace driftcheck::twin {
 // page_tail_unmasked). q is read at `token * q_stride + head * D` and o written at `(token * Hq + head) * D`
 // (defect heads_addressed_dense). Text read: csrc/rocm/attention.cu at vllm 4388f06 (the code index's only
 // version; the project pin 0013943's text is not stored here), docs/BACKENDS.md gives the lines.
-// Prefill/extend rows (AttnKernel::prefix_prefill): vLLM's Triton _fwd_kernel (prefix_prefill.py at
+// Prefill/extend rows (AttnKernel::prefill.prefix_prefill): vLLM's Triton _fwd_kernel (prefix_prefill.py at
 // 53285d99), BLOCK_M 128 query rows, context tiles of 32 keys from the cache (fp8 dequantised to act before
 // the dots), new-token tiles of 64 keys from the key/value inputs; tl.exp, P rounded to act, masked P (0)
 // times the loaded V (defect masked_p_times_v), the window passed one short (defect window_one_short), rows
 // of NaN logits zeroed (defect nan_row_zeroed), sinks as the initial max; q and o through their strides.
 // Decode rows of batches the custom kernel does not take (a window of 2 or more, sinks, head sizes other than
-// 64/128, GQA above 16; AttnKernel::triton_decode_2d): chunked_prefill_paged_decode.py's
+// 64/128, GQA above 16; AttnKernel::triton_decode.triton_decode_2d): chunked_prefill_paged_decode.py's
 // kernel_paged_attention_2d at 69f87df, tiles of one page with the tail loaded unmasked (defect
 // paged_2d_tail_unmasked), fp8 dequantised to act, the prefix prefill's softmax step, keys outside the window
 // at the finite logit -10000 (defect window_logit_finite).
@@ -33,22 +33,22 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   k.exp = ExpImpl::kFastExp;
   k.dequant = KvDequant::kScaleAfter;
   k.sinks = SinkPath::kNone;
-  k.partition = 256;
-  k.warp_tokens = 64;
-  k.mfma4_max_gqa = 4;
-  k.warp_partials_in_act = true;
-  k.reduce_padded_slots = true;
-  k.page_tail_unmasked = true;
-  k.heads_addressed_dense = true;
+  k.ll4mi.partition = 256;
+  k.ll4mi.warp_tokens = 64;
+  k.ll4mi.mfma4_max_gqa = 4;
+  k.ll4mi.warp_partials_in_act = true;
+  k.ll4mi.reduce_padded_slots = true;
+  k.unified.page_tail_unmasked = true;
+  k.ll4mi.heads_addressed_dense = true;
   // Decode rows see every key below seq_len (no window reaches the custom kernel), so only the prefix
   // prefill's tiles hold masked keys: causally later new tokens and keys outside the window.
   k.masked_p_times_v = true;
   k.empty_tile_step = false;  // no tiles of query blocks
   // vLLM's backend: kernel block sizes 16 and 32 (RocmAttentionBackend.get_supported_kernel_block_sizes).
-  k.block_sizes = {16, 32};
-  k.head_dims = {64, 128};
-  k.max_gqa_ratio = 16;
-  k.window = false;
+  k.accepts.block_sizes = {16, 32};
+  k.accepts.head_dims = {64, 128};
+  k.accepts.max_gqa_ratio = 16;
+  k.accepts.window = false;
   // The kernels have no logits soft cap, and ROCM_ATTN passes them none: rocm_attn.py (f65b079) keeps the
   // layer's logits_soft_cap and hands it to no kernel (chunked_prefill_paged_decode takes none), and nothing
   // rejects it, so a softcap layer's rows run uncapped on both paths (defect softcap_dropped; repaired,
@@ -57,19 +57,20 @@ std::unique_ptr<Backend> make_cpu_attn_rocm_custom() {
   k.softcap_from_exp = false;
   // Decode rows: the custom kernel reads the platform's e4m3 (fnuz on MI300, fn on MI355) and rejects e5m2;
   // the prefix prefill also views an fp8_e5m2 cache as e5m2.
-  k.kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN};
-  k.prefix_prefill = true;
-  k.pp_block_m = 128;  // context_attention_fwd: power-of-two pages
-  k.pp_block_n = 64;
-  k.pp_ctx_tile = 32;                                      // TRITON_BLOCK_SIZE
-  k.pp_head_dims = {32, 64, 96, 128, 160, 192, 224, 256};  // RocmAttentionBackend.get_supported_head_sizes
-  k.pp_kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN, DType::kF8E5M2};
-  k.window_one_short = true;
-  k.nan_row_zeroed = true;
-  k.triton_decode_2d = true;
-  k.window_logit_finite = true;
-  k.paged_2d_tail_unmasked = true;
-  k.name_for_reasons = "ROCM_ATTN custom paged kernel";
+  k.accepts.kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN};
+  k.prefill.prefix_prefill = true;
+  k.prefill.pp_block_m = 128;  // context_attention_fwd: power-of-two pages
+  k.prefill.pp_block_n = 64;
+  k.prefill.pp_ctx_tile = 32;  // TRITON_BLOCK_SIZE
+  k.prefill.pp_head_dims = {32,  64,  96,  128,
+                            160, 192, 224, 256};  // RocmAttentionBackend.get_supported_head_sizes
+  k.prefill.pp_kv_dtypes = {DType::kF8E4M3FNUZ, DType::kF8E4M3FN, DType::kF8E5M2};
+  k.prefill.window_one_short = true;
+  k.prefill.nan_row_zeroed = true;
+  k.triton_decode.triton_decode_2d = true;
+  k.triton_decode.window_logit_finite = true;
+  k.triton_decode.paged_2d_tail_unmasked = true;
+  k.accepts.name_for_reasons = "ROCM_ATTN custom paged kernel";
   TwinInfo i;
   i.name = "cpu.attn.rocm_custom";
   i.description =

@@ -21,26 +21,26 @@ std::vector<std::int64_t> vllm_default_capture_sizes() {
 AttnKernel triton_unified_kernel() {
   AttnKernel k;
   k.schedule = AttnSchedule::kTiled;
-  k.launch = UnifiedLaunch::kVllm;
+  k.unified.launch = UnifiedLaunch::kVllm;
   k.exp = ExpImpl::kFastExp;
   k.dequant = KvDequant::kRoundedToAct;
   k.sinks = SinkPath::kInitialMax;
-  k.tile_prefill = 32;
-  k.tile_decode = 16;
-  k.split_segments = 16;
-  k.capture_sizes = vllm_default_capture_sizes();
-  k.window_tile_window = 1024;  // _is_gemma3_attention
-  k.window_tile_head_dims = {128, 256};
-  k.window_tile = 32;
-  k.window_v_zeroed = true;
+  k.unified.tile_prefill = 32;
+  k.unified.tile_decode = 16;
+  k.unified.split_segments = 16;
+  k.unified.capture_sizes = vllm_default_capture_sizes();
+  k.unified.window_tile_window = 1024;  // _is_gemma3_attention
+  k.unified.window_tile_head_dims = {128, 256};
+  k.unified.window_tile = 32;
+  k.unified.window_v_zeroed = true;
   k.softcap_from_exp = true;
-  k.l_fma = true;
-  k.min_head_dim = 32;  // TritonAttentionBackend.supports_head_size
+  k.unified.l_fma = true;
+  k.accepts.min_head_dim = 32;  // TritonAttentionBackend.supports_head_size
   // CUDA's current_platform.fp8_dtype() is e4m3fn; "fp8_e5m2" caches hold e5m2. fnuz is ROCm MI300's.
-  k.kv_dtypes = {DType::kF8E4M3FN, DType::kF8E5M2};
-  k.non_causal = false;
-  k.causal_reason = "unified_attention asserts causal (\"Only causal attention is supported\")";
-  k.name_for_reasons = "TRITON_ATTN unified kernel";
+  k.accepts.kv_dtypes = {DType::kF8E4M3FN, DType::kF8E5M2};
+  k.accepts.non_causal = false;
+  k.accepts.causal_reason = "unified_attention asserts causal (\"Only causal attention is supported\")";
+  k.accepts.name_for_reasons = "TRITON_ATTN unified kernel";
   return k;
 }
 

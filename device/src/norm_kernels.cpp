@@ -126,7 +126,7 @@ Support same_dtype(const Case& c, const Tensor& ref, std::initializer_list<std::
 
 // The upstream defects the norm kernel parameters can reproduce (docs/FINDINGS.md names each).
 constexpr std::array<DefectSwitch<NormKernel>, 1> kNormDefects{{
-    {"misaligned_vector_faults", &NormKernel::misaligned_vector_faults},
+    defect<NormKernel, &NormKernel::misaligned_vector_faults>("misaligned_vector_faults"),
 }};
 
 bool rows_contiguous(const Tensor& t) {

@@ -1,7 +1,8 @@
 // Private: paged-KV attention twins as one parameterised CPU kernel. An AttnKernel says how a real kernel
 // walks the keys (tiles, split-KV segments, partitions), which exponential it uses, where it rounds and how
-// it merges partial states; an AttnBug switches on one deliberate deviation for a mutant. Layout and
-// semantics: case.hpp.
+// it merges partial states: what every path shares, then each modelled path's own switches (read by that
+// path's file, attention_<path>.cpp), then what the kernel accepts. An AttnBug switches on one deliberate
+// deviation for a mutant. Layout and semantics: case.hpp.
 #pragma once
 
 #include <memory>
@@ -51,15 +52,10 @@ enum class UnifiedLaunch : std::uint8_t {
   kAiter,
 };
 
-struct AttnKernel {
-  AttnSchedule schedule = AttnSchedule::kTiled;
-  ExpImpl exp = ExpImpl::kFastExp;
-  KvDequant dequant = KvDequant::kRoundedToAct;
-  SinkPath sinks = SinkPath::kInitialMax;
-  bool p_rounded = true;  // P rounded to the activation dtype before P.V
-  int tile_prefill = 32;  // KV tile of the 2D path (vLLM)
-  int tile_decode = 16;   // KV tile of the 3D path (vLLM)
-  // ---- ll4mi kernels
+struct AttnKernel;
+
+// The switches of the ll4mi / paged_attention_v1 decode kernels (AttnSchedule::kLl4mi).
+struct Ll4miSwitches {
   int partition = 256;   // keys per partition (one workgroup)
   int warp_tokens = 64;  // keys per warp: the max and exp sum are per warp first
   // GQA ratios up to this take vLLM's mfma4 kernel (0: none); above it the mfma16 kernel sums the whole
@@ -83,34 +79,34 @@ struct AttnKernel {
   // and K, V enter as stored; k_scale scales the logits, v_scale the partition output. Without it (vLLM's
   // custom kernel) fp8 K/V are widened to act exactly and q, P stay in act.
   bool fp8_mfma = false;
-  // ---- unified (kTiled) kernels
+};
+
+// The switches of the unified (kTiled) kernels: vLLM's Triton unified attention and aiter's port of it.
+struct UnifiedSwitches {
+  int tile_prefill = 32;  // KV tile of the 2D path (vLLM)
+  int tile_decode = 16;   // KV tile of the 3D path (vLLM)
   UnifiedLaunch launch = UnifiedLaunch::kVllm;
   int split_segments = 0;                   // vLLM 3D path: segments per sequence (0: never split)
   std::vector<std::int64_t> capture_sizes;  // vLLM: CUDA-graph capture sizes the 3D threshold snaps to
   std::int64_t window_tile_window = 0;      // vLLM Gemma3 rule: this window with head dims below ...
   std::vector<std::int64_t> window_tile_head_dims;
-  int window_tile = 32;  // ... uses this tile on both paths
-  int device_cus = 0;    // aiter: compute units of the modelled device (MI300X 304, MI355X 256)
-  // Triton's S = where(mask, S, -inf) keeps masked entries in the tile: they still enter P.V with P = 0, so
-  // a non-finite V at a masked key inside the loaded tile gives 0 * inf = NaN.
-  bool masked_p_times_v = true;
-  // A tile with no visible key for one row of its block still runs that row's softmax step: with no key seen
-  // yet (M = -inf, no sink) the max clamps to 0 and L becomes 0, so later P = exp(s) may underflow (NaN
-  // from 0 / 0, or 0 where P rounds to 0 in fp16). The 3D merge's unguarded exp(m_i - m) belongs to it: a
-  // q-block that runs no tile leaves every segment at M = -inf, and exp(-inf - -inf) is NaN. Repaired, a row
-  // that sees no key is empty on both paths.
-  bool empty_tile_step = true;
+  int window_tile = 32;             // ... uses this tile on both paths
+  int device_cus = 0;               // aiter: compute units of the modelled device (MI300X 304, MI355X 256)
   bool window_v_zeroed = false;     // vLLM: V outside the window of the block's FIRST query zeroed first
   bool page_tail_unmasked = false;  // aiter: a tile of exactly one page is loaded without the seq mask
-  bool softcap_from_exp = true;     // c (e^(s/c) - e^(-s/c)) / (e^(s/c) + e^(-s/c)): NaN past |s/c| ~ 88.7
-  // Otherwise c * tanh(s / c); with this, c * tanhf(s * fp32(1 / c)) (ck_tile's LogitsSoftCap with the host's
-  // reciprocal, as aiter's paged_attention_v1 applies it).
-  bool softcap_times_rcp = false;
-  bool l_fma = false;  // L * alpha + l_j contracted to one FMA (Triton on NVIDIA)
+  bool l_fma = false;               // L * alpha + l_j contracted to one FMA (Triton on NVIDIA)
   // aiter: scale * log2(e) * k_scale formed in the kernel (2D: scale * log2(e) a constexpr folded in double,
   // then * k_scale in fp32; 3D: all in fp32).
   bool scale_folded_in_fp32 = false;
-  // ---- ROCM_AITER_FA's prefill/extend path (rows of sequences with query length > 1): the new tokens'
+  // ROCM_AITER_UNIFIED_ATTN:
+  // aiter select_3d_config: TILE_SIZE = min(64, next_pow2(block_size)) and, when that exceeds the block size,
+  // `assert TILE_SIZE % block_size == 0`: the 3D path rejects block sizes such as 48 (the 2D path has no
+  // such check and gathers the tile across pages).
+  bool tile_divides_block_3d = false;
+};
+
+struct FaExtendSwitches {
+  // ROCM_AITER_FA's prefill/extend path (rows of sequences with query length > 1): the new tokens'
   // K/V from the k_new / v_new inputs, attended causally by one flash_attn_varlen pass; with a context, the
   // context gathered by cp_mha_gather_cache (fp8: re-quantised, act(fp8(fp32(k) * k_scale))) and attended
   // non-causally by a second pass; both outputs rounded to act and combined by merge_attn_states.
@@ -126,26 +122,13 @@ struct AttnKernel {
   // layer's inputs. Repaired, the new tokens' rows come from k_new / v_new.
   bool swa_new_kv_from_cache = false;
   std::int64_t fa_tile = 128;  // keys per tile of the FlashAttention passes (CK's kN0 for these head sizes)
-  // The backend passes the layer's logits soft cap to none of these kernels' calls, so a softcap case runs
-  // uncapped there: with aiter_fa_extend the prefill/extend passes (ROCM_AITER_FA: flash_attn_varlen_func
-  // gets no logits_soft_cap; its decode kernels do get it), otherwise the kernel itself (ROCM_ATTN:
-  // chunked_prefill_paged_decode takes no softcap). Repaired, the logits are capped (c * tanh(s / c)).
-  bool softcap_dropped = false;
   // Decode rows of a case with a sliding window run this kernel instead (ROCM_AITER_FA sends windowed decode
   // to aiter's Triton unified_attention, called on the decode rows alone with max_seqlen_q = 1).
   std::shared_ptr<const AttnKernel> windowed_decode;
-  // ---- ROCM_AITER_UNIFIED_ATTN
-  // aiter select_3d_config: TILE_SIZE = min(64, next_pow2(block_size)) and, when that exceeds the block size,
-  // `assert TILE_SIZE % block_size == 0`: the 3D path rejects block sizes such as 48 (the 2D path has no
-  // such check and gathers the tile across pages).
-  bool tile_divides_block_3d = false;
-  // vLLM's backend views every quantised KV cache as the platform's fp8 dtype (`key_cache.view(
-  // self.fp8_dtype)`, current_platform.fp8_dtype(): e4m3fnuz on MI300X, e4m3fn on MI355X), whatever
-  // kv_cache_dtype wrote it: an fp8_e5m2 cache's bytes are decoded as `fp8_view`. Repaired, e5m2 is decoded
-  // as e5m2.
-  bool e5m2_read_as_e4m3 = false;
-  DType fp8_view = DType::kF8E4M3FN;
-  // ---- ROCM_ATTN's prefill/extend path (rows of sequences with query length > 1 when some query length is
+};
+
+struct PrefixPrefillSwitches {
+  // ROCM_ATTN's prefill/extend path (rows of sequences with query length > 1 when some query length is
   // above 1): vLLM's Triton context_attention_fwd (prefix_prefill.py _fwd_kernel). One program per (sequence,
   // q head, block of `pp_block_m` query rows): the context from the paged cache in tiles of `pp_ctx_tile`
   // keys with no causal mask (fp8: act(fp32(kv) * scale) before the dots), then the new tokens' K/V from the
@@ -164,7 +147,10 @@ struct AttnKernel {
   // kernel's -inf guards set every p and alpha to 0: the row writes o = 0 where the math gives NaN. Repaired,
   // the running max propagates NaN.
   bool nan_row_zeroed = false;
-  // ---- ROCM_ATTN's Triton decode kernel (chunked_prefill_paged_decode.py kernel_paged_attention_2d): the
+};
+
+struct TritonDecodeSwitches {
+  // ROCM_ATTN's Triton decode kernel (chunked_prefill_paged_decode.py kernel_paged_attention_2d): the
   // decode rows of a batch for which use_rocm_custom_paged_attention (vllm/platforms/rocm.py, gfx9) is false
   // (SLIDING_WINDOW > 0, sinks, head sizes other than `head_dims`, GQA ratios above `max_gqa_ratio`,
   // max_seq_len above `custom_max_seq_len`; the other conditions hold for every case the twin accepts). One
@@ -184,7 +170,10 @@ struct AttnKernel {
   // about -10090, where exp(s + 10000) underflows). Repaired, a key
   // outside the window stays out of the softmax and of P.V.
   bool window_logit_finite = false;
-  // What the kernel accepts (supports()).
+};
+
+// What the kernel accepts (supports()).
+struct AttnAccepts {
   std::vector<std::int64_t> block_sizes;  // empty: any multiple of 16
   std::vector<std::int64_t> head_dims;    // empty: any in [min_head_dim, max_head_dim]
   std::int64_t min_head_dim = 1;
@@ -203,6 +192,46 @@ struct AttnKernel {
   std::string long_query_unmodelled;  // query length > max_query_len
 };
 
+// One modelled kernel: what every path shares, then each path's own switches (its file in
+// device/src/attention_<path>.cpp reads them), then what it accepts.
+struct AttnKernel {
+  AttnSchedule schedule = AttnSchedule::kTiled;
+  ExpImpl exp = ExpImpl::kFastExp;
+  KvDequant dequant = KvDequant::kRoundedToAct;
+  SinkPath sinks = SinkPath::kInitialMax;
+  bool p_rounded = true;  // P rounded to the activation dtype before P.V
+  // Triton's S = where(mask, S, -inf) keeps masked entries in the tile: they still enter P.V with P = 0, so
+  // a non-finite V at a masked key inside the loaded tile gives 0 * inf = NaN.
+  bool masked_p_times_v = true;
+  // A tile with no visible key for one row of its block still runs that row's softmax step: with no key seen
+  // yet (M = -inf, no sink) the max clamps to 0 and L becomes 0, so later P = exp(s) may underflow (NaN
+  // from 0 / 0, or 0 where P rounds to 0 in fp16). The 3D merge's unguarded exp(m_i - m) belongs to it: a
+  // q-block that runs no tile leaves every segment at M = -inf, and exp(-inf - -inf) is NaN. Repaired, a row
+  // that sees no key is empty on both paths.
+  bool empty_tile_step = true;
+  bool softcap_from_exp = true;  // c (e^(s/c) - e^(-s/c)) / (e^(s/c) + e^(-s/c)): NaN past |s/c| ~ 88.7
+  // Otherwise c * tanh(s / c); with this, c * tanhf(s * fp32(1 / c)) (ck_tile's LogitsSoftCap with the host's
+  // reciprocal, as aiter's paged_attention_v1 applies it).
+  bool softcap_times_rcp = false;
+  // The backend passes the layer's logits soft cap to none of these kernels' calls, so a softcap case runs
+  // uncapped there: with aiter_fa_extend the prefill/extend passes (ROCM_AITER_FA: flash_attn_varlen_func
+  // gets no logits_soft_cap; its decode kernels do get it), otherwise the kernel itself (ROCM_ATTN:
+  // chunked_prefill_paged_decode takes no softcap). Repaired, the logits are capped (c * tanh(s / c)).
+  bool softcap_dropped = false;
+  // vLLM's backend views every quantised KV cache as the platform's fp8 dtype (`key_cache.view(
+  // self.fp8_dtype)`, current_platform.fp8_dtype(): e4m3fnuz on MI300X, e4m3fn on MI355X), whatever
+  // kv_cache_dtype wrote it: an fp8_e5m2 cache's bytes are decoded as `fp8_view`. Repaired, e5m2 is decoded
+  // as e5m2.
+  bool e5m2_read_as_e4m3 = false;
+  DType fp8_view = DType::kF8E4M3FN;
+  Ll4miSwitches ll4mi;
+  UnifiedSwitches unified;
+  FaExtendSwitches fa;
+  PrefixPrefillSwitches prefill;
+  TritonDecodeSwitches triton_decode;
+  AttnAccepts accepts;
+};
+
 // One deliberate deviation per mutant (sources in docs/BACKENDS.md).
 enum class AttnBug : std::uint8_t {
   kNone,
@@ -219,7 +248,7 @@ enum class AttnBug : std::uint8_t {
   kSinkDropped,         // the sink never enters the denominator
   kTableStrideIgnored,  // block table row s read at s * max_blocks: a slice of a wider table read as dense
   kLogitsRounded,       // scale * q.k stored in the activation dtype before the softmax (bf16 score tile)
-  // ROCM_AITER_FA prefill/extend (AttnKernel::aiter_fa_extend): the causal pass over the new tokens reads
+  // ROCM_AITER_FA prefill/extend (AttnKernel::fa.aiter_fa_extend): the causal pass over the new tokens reads
   // their K/V back from their paged-cache slots (dequantised to act) instead of the k_new / v_new inputs.
   kExtendNewKvFromCache,
 };

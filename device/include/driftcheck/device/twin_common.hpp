@@ -200,18 +200,30 @@ class TwinBackend : public Backend {
   TwinInfo info_;
 };
 
-// An upstream defect a kernel parameter set can switch on (true) or repair (false).
+// An upstream defect a kernel parameter set can switch on (true) or repair (false): one flag of the kernel,
+// or of one of its parts (defect<Kernel, &Kernel::flag> or defect<Kernel, &Kernel::part, &Part::flag>).
 template <class Kernel>
 struct DefectSwitch {
   std::string_view name;
-  bool Kernel::*on;
+  bool (*is_on)(const Kernel&);
+  void (*repair)(Kernel&);
 };
+
+template <class Kernel, bool Kernel::*Flag>
+constexpr DefectSwitch<Kernel> defect(std::string_view name) {
+  return {name, [](const Kernel& k) { return k.*Flag; }, [](Kernel& k) { k.*Flag = false; }};
+}
+
+template <class Kernel, auto Part, auto Flag>
+constexpr DefectSwitch<Kernel> defect(std::string_view name) {
+  return {name, [](const Kernel& k) { return (k.*Part).*Flag; }, [](Kernel& k) { (k.*Part).*Flag = false; }};
+}
 
 template <class Kernel, std::size_t N>
 std::vector<std::string> defects_on(const Kernel& k, const std::array<DefectSwitch<Kernel>, N>& switches) {
   std::vector<std::string> out;
   for (const auto& d : switches)
-    if (k.*d.on) out.emplace_back(d.name);
+    if (d.is_on(k)) out.emplace_back(d.name);
   return out;
 }
 
@@ -221,8 +233,8 @@ bool repair_defects(Kernel& k, const std::array<DefectSwitch<Kernel>, N>& switch
                     const std::vector<std::string>& names) {
   bool any = false;
   for (const auto& d : switches)
-    if (k.*d.on && std::find(names.begin(), names.end(), d.name) != names.end()) {
-      k.*d.on = false;
+    if (d.is_on(k) && std::find(names.begin(), names.end(), d.name) != names.end()) {
+      d.repair(k);
       any = true;
     }
   return any;
