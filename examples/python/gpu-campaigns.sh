@@ -28,7 +28,9 @@ export PYTHONDONTWRITEBYTECODE=1
 dc="$bin/driftcheck"
 work=$(mktemp -d)
 backends=()
-for f in "$here"/*.toml; do backends+=(--backends "$f"); done
+# Every backends file of the examples (expected-findings.toml, say, is another format).
+mapfile -t backend_files < <(grep -l '^format = "driftcheck.backends"' "$here"/*.toml)
+for f in "${backend_files[@]}"; do backends+=(--backends "$f"); done
 
 {
   echo "commit: ${DRIFTCHECK_COMMIT:-unknown}"
@@ -53,7 +55,7 @@ list_pid=$!
 
 # Every external backend declared in the examples; one unavailable here (no vllm, no Triton) stops at once and the
 # summary lists it with its reason.
-mapfile -t names < <(grep -h '^name = ' "$here"/*.toml | sed 's/name = "\(.*\)"/ext.\1/')
+mapfile -t names < <(grep -h '^name = ' "${backend_files[@]}" | sed 's/name = "\(.*\)"/ext.\1/')
 echo "== 2. campaigns (seed ${seed}, ${cases} cases each, planted bugs ${planted_cases}), $(date -u +%T)"
 pids=()
 for name in "${names[@]}"; do
