@@ -129,12 +129,6 @@ std::span<const NumericsTerm> numerics_terms() {
   return kTerms;
 }
 
-const NumericsTerm* find_numerics_term(std::string_view key) {
-  for (const NumericsTerm& t : kTerms)
-    if (t.key == key) return &t;
-  return nullptr;
-}
-
 std::string term_text(const NumericsTerm& t, const Numerics& n) {
   switch (t.type) {
     case TermType::kFlag:

@@ -42,7 +42,6 @@ struct NumericsTerm {
 
 // In Numerics' order.
 std::span<const NumericsTerm> numerics_terms();
-const NumericsTerm* find_numerics_term(std::string_view key);
 
 // output_roundings: at least 1 from anyone; a backends file declares at most 2 (the statistical tier models
 // one or two roundings; the worst-case tolerance adds a term per extra one, as a built-in twin with three
