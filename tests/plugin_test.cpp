@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "case_builders.hpp"
 #include "driftcheck/device/plugin_backend.hpp"
 #include "driftcheck/external/backends_file.hpp"
@@ -392,13 +394,9 @@ fs::path example_pair_file(const std::string& name) {
 
 // The backends of a campaign's report.json, by name.
 std::vector<std::string> report_backends(const fs::path& out) {
-  const std::string report = slurp_text(out / "report.json");
   std::vector<std::string> names;
-  for (std::size_t at = report.find("\"name\": \""); at != std::string::npos;
-       at = report.find("\"name\": \"", at + 1)) {
-    const std::size_t from = at + 9, to = report.find('"', from);
-    names.push_back(report.substr(from, to - from));
-  }
+  const auto report = nlohmann::json::parse(slurp_text(out / "report.json"));
+  for (const auto& b : report.at("backends")) names.push_back(b.at("name").get<std::string>());
   return names;
 }
 

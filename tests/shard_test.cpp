@@ -150,7 +150,7 @@ CampaignOptions campaign(const fs::path& out, Shard s, std::uint64_t cases = 120
 // without the floating-point sums that shards add in another order: the fields docs/CAMPAIGN.md lists as
 // differing between a merged and an unsharded report.
 json comparable(json j, const fs::path& dir) {
-  j.erase("seconds"), j.erase("command");
+  j.erase("seconds"), j.erase("command"), j.erase("phases");
   for (auto& b : j["backends"]) {
     b.erase("check_seconds"), b.erase("first_finding_s");
     for (auto& [format, d] : b["drift"].items()) d.erase("signed_ulps_sum"), d.erase("mean_signed_ulps");

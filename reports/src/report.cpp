@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "driftcheck/files/json_text.hpp"
@@ -13,6 +14,23 @@ namespace driftcheck::reports {
 
 using files::json_text;
 using files::write_file_atomic;
+
+std::string time_line(const Report& r) {
+  if (r.phases.empty()) return {};
+  std::string line = r.budget_seconds ? fmt::format("Time budget {:g} s:", *r.budget_seconds) : "Time:";
+  for (std::size_t i = 0; i < r.phases.size(); ++i)
+    line += fmt::format("{} {} {:.1f} s", i == 0 ? "" : ",", r.phases[i].name, r.phases[i].seconds);
+  if (r.cases_abandoned > 0)
+    line += fmt::format(
+        "; {} case{} started but not counted (still running at the discovery deadline, or ended "
+        "past it; --resume runs {})",
+        r.cases_abandoned, r.cases_abandoned == 1 ? "" : "s", r.cases_abandoned == 1 ? "it" : "them");
+  if (r.heatmaps_left_out > 0)
+    line += fmt::format("; {} worst-case heatmap{} left out (no time left to run {} again)",
+                        r.heatmaps_left_out, r.heatmaps_left_out == 1 ? "" : "s",
+                        r.heatmaps_left_out == 1 ? "its case" : "their cases");
+  return line;
+}
 
 bool worse_group(const FindingGroup& a, const FindingGroup& b) {
   const int ra = verdict_rank(a.verdict), rb = verdict_rank(b.verdict);

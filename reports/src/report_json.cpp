@@ -325,24 +325,33 @@ json to_json(const Report& r) {
   for (const auto& h : r.heatmaps) heatmaps.push_back(heatmap_json(h));
   json known = json::array();
   for (const auto& k : r.known_findings) known.push_back(known_json(k));
-  return {{"format", kReportFormatName},
-          {"format_version", kReportFormatVersion},
-          {"tool_version", r.tool_version},
-          {"command", r.command},
-          {"seed", r.seed},
-          {"cases", r.cases},
-          {"checks", r.checks},
-          {"seconds", number_json(r.seconds)},
-          {"ops", ops},
-          {"backends", backends},
-          {"findings", findings},
-          {"groups", groups},
-          {"known_findings", known},
-          {"divergence_ulps", divergence},
-          {"heatmaps", heatmaps},
-          {"unavailable", r.unavailable},
-          {"errors", r.errors},
-          {"exit_code", r.exit_code}};
+  json out = {{"format", kReportFormatName},
+              {"format_version", kReportFormatVersion},
+              {"tool_version", r.tool_version},
+              {"command", r.command},
+              {"seed", r.seed},
+              {"cases", r.cases},
+              {"checks", r.checks},
+              {"seconds", number_json(r.seconds)},
+              {"ops", ops},
+              {"backends", backends},
+              {"findings", findings},
+              {"groups", groups},
+              {"known_findings", known},
+              {"divergence_ulps", divergence},
+              {"heatmaps", heatmaps},
+              {"unavailable", r.unavailable},
+              {"errors", r.errors},
+              {"exit_code", r.exit_code}};
+  if (r.budget_seconds) out["budget_seconds"] = number_json(*r.budget_seconds);
+  if (!r.phases.empty()) {
+    json phases = json::array();
+    for (const auto& p : r.phases) phases.push_back({{"name", p.name}, {"seconds", number_json(p.seconds)}});
+    out["phases"] = phases;
+  }
+  if (r.cases_abandoned > 0) out["cases_abandoned"] = r.cases_abandoned;
+  if (r.heatmaps_left_out > 0) out["heatmaps_left_out"] = r.heatmaps_left_out;
+  return out;
 }
 
 Report report_from_json(const json& j) {
@@ -376,6 +385,14 @@ Report report_from_json(const json& j) {
     if (j.contains("groups")) r.groups = list_field(j, "groups", group_from);
     if (j.contains("heatmaps")) r.heatmaps = list_field(j, "heatmaps", heatmap_from);
     if (j.contains("known_findings")) r.known_findings = list_field(j, "known_findings", known_from);
+    // Reports written before the time budget have none of these.
+    if (j.contains("budget_seconds")) r.budget_seconds = number_field(j, "budget_seconds");
+    if (j.contains("phases"))
+      r.phases = list_field(j, "phases", [](const json& p) {
+        return PhaseTime{string_field(p, "name"), number_field(p, "seconds")};
+      });
+    r.cases_abandoned = count_or_zero(j, "cases_abandoned");
+    r.heatmaps_left_out = count_or_zero(j, "heatmaps_left_out");
     r.unavailable = strings_field(j, "unavailable"), r.errors = strings_field(j, "errors");
     r.exit_code = exit_code_field(j, "exit_code");
     return r;

@@ -286,6 +286,7 @@ std::string to_markdown(const Report& r) {
       kReportFormatName, kReportFormatVersion, r.tool_version, cell(r.command), r.seed, r.cases, r.checks,
       r.seconds, r.seconds > 0 ? static_cast<double>(r.checks) / r.seconds : 0.0, r.groups.size(),
       r.exit_code);
+  if (const std::string t = time_line(r); !t.empty()) md += t + ".\n\n";
   markdown_group_lines(r, md);
   markdown_list("Errors", r.errors, md);
   markdown_backends(r, md);

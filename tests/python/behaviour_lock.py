@@ -48,7 +48,7 @@ command = ["fault_worker", "--backend", "cpu.rmsnorm.cuda", "--fault", "guard", 
 numerics = "like:cpu.rmsnorm.cuda"
 """
 TIMING = {"seconds", "check_seconds", "found_after_s", "first_finding_s", "reference_seconds", "command",
-          "restart_seconds"}
+          "restart_seconds", "phases"}
 
 
 def stripped(value):

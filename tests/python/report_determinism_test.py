@@ -16,7 +16,8 @@ bin_, work = sys.argv[1], sys.argv[2]
 ARGS = ["--mutants", "--backend", "mutant.*", "--cases", "360", "--seed", "3", "--shrink-seconds", "3600",
         "--shrink-seconds-per-finding", "3600", "--progress", "none"]
 # What may differ between two runs of one campaign: wall-clock figures and the command line itself.
-TIMING = {"seconds", "check_seconds", "found_after_s", "first_finding_s", "reference_seconds", "command"}
+TIMING = {"seconds", "check_seconds", "found_after_s", "first_finding_s", "reference_seconds", "command",
+          "phases"}
 
 
 def fuzz(out, jobs, *extra, args=ARGS):

@@ -11,12 +11,14 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <ostream>
 #include <set>
+#include <shared_mutex>
 #include <system_error>
 #include <thread>
 
@@ -27,6 +29,7 @@
 #include "campaign_heatmaps.hpp"
 #include "campaign_shrink.hpp"
 #include "driftcheck/device/registry.hpp"
+#include "driftcheck/fuzz/budget.hpp"
 #include "driftcheck/fuzz/campaign_findings.hpp"
 #include "driftcheck/fuzz/campaign_journal.hpp"
 #include "driftcheck/fuzz/campaign_report.hpp"
@@ -86,9 +89,19 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
   void in_own_thread(const std::function<void(Campaign&)>& work);
   void abandon(int threads);
   void worker();
-  void run_case(std::uint64_t local);
+  bool run_case(std::uint64_t local);
+  // A backend's failing evaluation of the case being run, recorded as a finding once the case is complete.
+  struct Failure {
+    const Backend* backend;
+    Evaluation evaluation;
+  };
   void judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
-             std::vector<std::pair<const Backend*, Outputs>>& outputs);
+             std::vector<std::pair<const Backend*, Outputs>>& outputs, std::vector<Failure>& failures);
+  void end_stream(std::uint64_t local);
+  void close_discovery(int threads);
+  BudgetPlan::Clock::time_point discovery_deadline() const;
+  PhaseLimit limit(BudgetPlan::Clock::time_point deadline) const { return {deadline, &costs_}; }
+  void timed_phase(const char* name, const std::function<void()>& phase);
   bool quarantined(const Backend& b);
   std::set<std::string> quarantined();  // their names
   void note_verdict(const Backend& b, const Evaluation& e, std::uint64_t index, BackendStats& s);
@@ -120,12 +133,27 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
   std::optional<Journal> journal_;
   Findings findings_;
   Clock::time_point start_ = Clock::now();
-  double elapsed_offset_ = 0;  // seconds spent before a resume
+  double elapsed_offset_ = 0;               // seconds spent before a resume
+  BudgetPlan plan_;                         // the phases' deadlines (none without --seconds)
+  CostModel costs_;                         // what a case costs, learned in discovery
+  std::vector<reports::PhaseTime> phases_;  // main thread only
+  std::vector<reports::Heatmap> heatmaps_;  // main thread only
+  std::int64_t heatmaps_left_out_ = 0;
 
   std::atomic<std::uint64_t> next_index_{0};  // this shard's cases: local index j is case shard.case_index(j)
+  // The first local index not run: a case that does not fit before the discovery deadline ends the stream
+  // there, so the cases run stay a prefix of it (what resume continues).
+  std::atomic<std::uint64_t> stream_end_{std::numeric_limits<std::uint64_t>::max()};
+  // Held shared while a case records its findings and commits, exclusively to close discovery: a case
+  // still running at the discovery deadline records nothing.
+  std::shared_mutex recording_;
+  bool closed_ = false;                           // guarded by recording_
+  std::atomic<std::int64_t> cases_abandoned_{0};  // started, not counted (docs/CAMPAIGN.md "Time budget")
+  std::atomic<std::int64_t> in_case_{0};          // cases started and not yet recorded
   std::atomic<bool> stop_{false};
   std::atomic<std::int64_t> live_cases_{0}, live_checks_{0};
-  int abandoned_ = 0;  // threads left in a case by an interrupt (main thread only)
+  int abandoned_ = 0;     // threads left in a case by an interrupt (main thread only)
+  int threads_left_ = 0;  // threads left in a case at the discovery deadline (main thread only)
 
   mutable std::mutex mu_;        // guards everything below
   std::uint64_t watermark_ = 0;  // every local index below it is done and folded into committed_
@@ -238,19 +266,36 @@ bool Campaign::interrupted() const {
 bool Campaign::out_of_budget(std::uint64_t k) const {
   if (stop_ || interrupted()) return true;
   if (opts_.cases && k >= *opts_.cases) return true;
-  return opts_.seconds && elapsed() >= *opts_.seconds;
+  return plan_.bounded() && Clock::now() >= discovery_deadline();
+}
+
+// Discovery ends before the grouping phase's share of the budget once there are findings to group.
+BudgetPlan::Clock::time_point Campaign::discovery_deadline() const {
+  return plan_.discovery(findings_.size() > 0);
+}
+
+void Campaign::end_stream(std::uint64_t local) {
+  std::uint64_t end = stream_end_.load();
+  while (local < end && !stream_end_.compare_exchange_weak(end, local)) {
+  }
+}
+
+// The discovery deadline passed with threads still inside a case: those cases record nothing (their threads
+// run on, detached), and the report counts them as abandoned.
+void Campaign::close_discovery(int threads) {
+  std::unique_lock lock(recording_);
+  closed_ = true;
+  cases_abandoned_ += in_case_.load();
+  threads_left_ += threads;
 }
 
 void Campaign::worker() {
-  // A backend whose worker is being restarted after a fault is not waited for: the case's other backends,
-  // and the next cases, go on (the case is counted as skipped for it).
-  const CallPolicyScope no_waiting(CallPolicy{.wait_for_restart = false, .deadline = std::nullopt});
   for (;;) {
     const std::uint64_t local = next_index_.fetch_add(1);
     const std::uint64_t k = opts_.shard.case_index(local);
-    if (out_of_budget(k)) return;
+    if (local >= stream_end_.load() || out_of_budget(k)) return;
     try {
-      run_case(local);
+      if (!run_case(local)) return;
     } catch (const std::system_error& e) {
       fail_io(e);
       return;
@@ -293,14 +338,28 @@ void Campaign::absorb(PhaseResult r) {
   internal_errors_.insert(internal_errors_.end(), r.internal_errors.begin(), r.internal_errors.end());
 }
 
-void Campaign::run_case(std::uint64_t local) {
+// False when the case was not run: it does not fit before the discovery deadline (then the stream ends at it)
+// or it was still running there.
+bool Campaign::run_case(std::uint64_t local) {
+  const auto started = Clock::now();
   const std::uint64_t k = opts_.shard.case_index(local);
   const OpKind op = stream_op(sel_.ops, k);
   const DrawnCase drawn = draw_locked(op, opts_.seed, k, opts_.gen);
   if (!formats_selected(drawn.spec, opts_.formats)) {
     commit(k, Stats{});
-    return;
+    return true;
   }
+  const auto deadline = discovery_deadline();
+  if (plan_.bounded() && !limit(deadline).fits(drawn.spec)) {
+    end_stream(local);
+    return false;
+  }
+  ++in_case_;
+  // A backend whose worker is being restarted after a fault is not waited for: the case's other backends,
+  // and the next cases, go on (the case is counted as skipped for it). No request outlives the deadline.
+  const CallPolicyScope no_waiting(
+      CallPolicy{.wait_for_restart = false,
+                 .deadline = plan_.bounded() ? std::optional<Clock::time_point>(deadline) : std::nullopt});
   Case c = materialize(drawn.spec);
   c.seed = opts_.seed, c.index = k;
   Stats stats;
@@ -308,8 +367,9 @@ void Campaign::run_case(std::uint64_t local) {
   const PreparedCase prepared = prepare(std::move(c));
   stats.ops[std::string(op_name(op))] = {1, seconds_since(t0)};
   std::vector<std::pair<const Backend*, Outputs>> outputs;
+  std::vector<Failure> failures;
   if (const auto it = by_op_.find(op); it != by_op_.end())
-    for (const Backend* b : it->second) judge(*b, prepared, drawn.spec, stats, outputs);
+    for (const Backend* b : it->second) judge(*b, prepared, drawn.spec, stats, outputs, failures);
   // Divergence between every pair of backends that both produced outputs for this case, in ulps and relative
   // to the pair's tolerance (per-element tolerances only where there is a pair).
   std::vector<Tolerances> tol;
@@ -325,12 +385,30 @@ void Campaign::run_case(std::uint64_t local) {
       pair.shared = 1;
     }
   }
+  costs_.observe(op, case_work(drawn.spec), seconds_since(started));
+  // A case that ends past the deadline, or after one before it in the stream did not run, is not counted:
+  // resume runs it again.
+  std::shared_lock recording(recording_);
+  --in_case_;
+  if (closed_) return false;  // counted when discovery closed
+  if (local > stream_end_.load() || (plan_.bounded() && Clock::now() >= deadline)) {
+    ++cases_abandoned_;
+    end_stream(local);
+    return false;
+  }
+  for (const Failure& f : failures) {
+    const Evaluation& e = f.evaluation;
+    stats.add_failing(on_failure(*f.backend, drawn.spec, prepared, e), verdict_name(e.verdict), e.worst_ratio,
+                      prepared.input.index);
+  }
   live_cases_.fetch_add(1);
   commit(local, std::move(stats));
+  return true;
 }
 
 void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
-                     std::vector<std::pair<const Backend*, Outputs>>& outputs) {
+                     std::vector<std::pair<const Backend*, Outputs>>& outputs,
+                     std::vector<Failure>& failures) {
   BackendStats& s = stats.backends[std::string(b.name())];
   if (quarantined(b)) {
     ++s.skipped_quarantined;
@@ -371,8 +449,7 @@ void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& sp
   s.record(e, p.input.index, shape_class(spec));
   add_drift(s.drift[drift_format(spec)], p.input.index, e);
   s.record_shape(spec, e);
-  if (is_failure(e.verdict))
-    stats.add_failing(on_failure(b, spec, p, e), verdict_name(e.verdict), e.worst_ratio, p.input.index);
+  if (is_failure(e.verdict)) failures.push_back({&b, std::move(e)});
 }
 
 bool Campaign::quarantined(const Backend& b) {
@@ -468,6 +545,8 @@ void Campaign::statistical_class_findings() {
       const DrawnCase drawn = draw_locked(b->op(), opts_.seed, index, opts_.gen);
       Case pristine = materialize(drawn.spec);
       pristine.seed = opts_.seed, pristine.index = index;
+      // Its case runs again whatever the time left: a finding is never dropped for the budget
+      // (docs/CAMPAIGN.md "Time budget"; a correct kernel has no such class).
       const PreparedCase p = prepare(std::move(pristine));
       Evaluation e = evaluate(*b, p);
       e.detail = fmt::format("{}{}{}", beyond->why, e.detail.empty() ? "" : ": ", e.detail);
@@ -544,7 +623,18 @@ void Campaign::monitor(ThreadGroup& workers) {
     if (t - last_checkpoint >= opts_.checkpoint_seconds) checkpoint(), last_checkpoint = t;
     progress.update(static_cast<double>(live_cases_.load()), note(), findings_.size() > 0);
   };
-  if (int left = 0; !workers.wait(opts_.interrupt, opts_.grace_seconds, tick, &left)) abandon(left);
+  // At the discovery deadline no case starts any more; the threads still inside one are abandoned.
+  const auto deadline_passed = [&] {
+    if (!plan_.bounded() || Clock::now() < discovery_deadline()) return false;
+    stop_ = true;
+    return true;
+  };
+  if (int left = 0; !workers.wait(opts_.interrupt, opts_.grace_seconds, tick, &left, deadline_passed)) {
+    if (interrupted())
+      abandon(left);
+    else
+      close_discovery(left);
+  }
   progress.finish(static_cast<double>(live_cases_.load()), note(), findings_.size() > 0);
 }
 
@@ -552,8 +642,20 @@ reports::Report Campaign::build() const {
   std::lock_guard lock(mu_);
   const auto findings = findings_.snapshot();
   const auto groups = findings_.groups();
-  return build_report({opts_, sel_, committed_, watermark_, elapsed(), findings, internal_errors_,
-                       known_findings(), groups, worst_case_heatmaps(opts_, sel_, committed_)});
+  reports::Report r = build_report({opts_, sel_, committed_, watermark_, elapsed(), findings,
+                                    internal_errors_, known_findings(), groups, heatmaps_});
+  if (plan_.bounded()) r.budget_seconds = opts_.seconds;
+  r.phases = phases_;
+  // Cases that ended after one that was not counted wait above the watermark: not counted either.
+  r.cases_abandoned = cases_abandoned_.load() + static_cast<std::int64_t>(pending_.size());
+  r.heatmaps_left_out = heatmaps_left_out_;
+  return r;
+}
+
+void Campaign::timed_phase(const char* name, const std::function<void()>& phase) {
+  const auto t0 = Clock::now();
+  phase();
+  phases_.push_back({name, seconds_since(t0)});
 }
 
 // Workers run until the budget, an interrupt or a failure; the ThreadGroup stops and joins them however this
@@ -609,41 +711,49 @@ CampaignResult Campaign::run() {
   open_journal();
   if (resumed_) repair_bundles();
   start_ = Clock::now();
-  if (!failed()) discover();
+  if (opts_.seconds) plan_ = BudgetPlan(start_, *opts_.seconds - elapsed_offset_, shrink_budget(opts_));
+  if (!failed()) timed_phase("discovery", [this] { discover(); });
   attribute_remaining_restarts();
   try {
     if (!failed()) checkpoint();
   } catch (const std::system_error& e) {
     fail_io(e);
   }
+  const PhaseLimit grouping = limit(plan_.grouping());
   if (!failed() && !interrupted()) {
     // Each class beyond its bound evaluates a case again.
-    in_own_thread([](Campaign& c) {
-      try {
-        c.statistical_class_findings();
-      } catch (const std::system_error& e) {
-        c.fail_io(e);
-      } catch (const std::exception& e) {
-        std::lock_guard lock(c.mu_);
-        c.internal_errors_.push_back(
-            fmt::format("internal error in the statistical class check: {}", e.what()));
-      }
+    timed_phase("statistical tier", [this] {
+      in_own_thread([](Campaign& c) {
+        try {
+          c.statistical_class_findings();
+        } catch (const std::system_error& e) {
+          c.fail_io(e);
+        } catch (const std::exception& e) {
+          std::lock_guard lock(c.mu_);
+          c.internal_errors_.push_back(
+              fmt::format("internal error in the statistical class check: {}", e.what()));
+        }
+      });
     });
   }
   if (!failed() && !interrupted()) {
     // The drawn bundles of the lowest cases of each class, whichever worker met which first.
-    in_own_thread([](Campaign& c) {
-      try {
-        c.findings_.keep_lowest_drawn_bundles();
-      } catch (const std::system_error& e) {
-        c.fail_io(e);
-        return;
-      }
-      c.absorb(bundle_unbundled(c.findings_, c.opts_));
+    timed_phase("bundles", [this, grouping] {
+      in_own_thread([grouping](Campaign& c) {
+        try {
+          c.findings_.keep_lowest_drawn_bundles();
+        } catch (const std::system_error& e) {
+          c.fail_io(e);
+          return;
+        }
+        c.absorb(bundle_unbundled(c.findings_, c.opts_, grouping));
+      });
     });
   }
   if (!failed() && !interrupted())
-    absorb(group_phase(findings_, opts_, jobs(), shared_from_this(), quarantined()));
+    timed_phase("grouping", [this, grouping] {
+      absorb(group_phase(findings_, opts_, jobs(), shared_from_this(), quarantined(), grouping));
+    });
   // The grouping phase's restarts count in this run's report, and in its journal: a last checkpoint after the
   // phase, so that a resumed campaign reports them as this run does.
   attribute_remaining_restarts();
@@ -657,10 +767,20 @@ CampaignResult Campaign::run() {
         "driftcheck: interrupted: {} thread{} still inside a case {} s after the signal; abandoned, not "
         "recorded (--resume runs those cases again)\n",
         abandoned_, abandoned_ == 1 ? " was" : "s were", opts_.grace_seconds);
+  timed_phase("heatmaps", [this] {
+    Stats committed;
+    {
+      std::lock_guard lock(mu_);
+      committed = committed_;
+    }
+    Heatmaps h = worst_case_heatmaps(opts_, sel_, committed, jobs(), limit(plan_.end()));
+    heatmaps_ = std::move(h.heatmaps), heatmaps_left_out_ = h.left_out;
+  });
+  const auto t0 = Clock::now();
   reports::Report report = build();
   const bool written = finish(report);
-  print_summary(opts_, report, written);
-  return {report, report.exit_code, abandoned_};
+  print_summary(opts_, report, written, seconds_since(t0));
+  return {report, report.exit_code, abandoned_ + threads_left_};
 }
 
 }  // namespace
@@ -673,6 +793,9 @@ void check_options(const CampaignOptions& o) {
     throw UsageError("--seconds must be a finite number of seconds > 0");
   if (o.shrink_seconds && !(std::isfinite(*o.shrink_seconds) && *o.shrink_seconds >= 0))
     throw UsageError("--shrink-seconds must be a finite number of seconds >= 0");
+  if (o.seconds && o.shrink_seconds && *o.shrink_seconds >= *o.seconds)
+    throw UsageError(
+        "--shrink-seconds must be less than --seconds: the grouping phase is part of the budget");
   if (o.jobs < 0) throw UsageError("--jobs must be >= 0");
   if (!(std::isfinite(o.grace_seconds) && o.grace_seconds >= 0))
     throw UsageError("--grace-seconds must be a finite number of seconds >= 0");

@@ -236,8 +236,10 @@ class GroupPhase : public std::enable_shared_from_this<GroupPhase> {
     }
   }
 
-  PhaseResult run(int jobs, double budget, const std::shared_ptr<const void>& owner) {
-    deadline_ = after(budget);
+  PhaseResult run(int jobs, double budget, const std::shared_ptr<const void>& owner,
+                  const PhaseLimit& limit) {
+    deadline_ = std::min(after(budget), limit.deadline);
+    limit_ = PhaseLimit{deadline_, limit.costs};
     if (opts_.log && !turns_.empty() && opts_.progress.mode != ProgressMode::kJson)
       *opts_.log << fmt::format(
           "grouping {} findings of {} backend/verdict classes by cause (budget {:.0f} s)\n", findings_.size(),
@@ -323,7 +325,7 @@ class GroupPhase : public std::enable_shared_from_this<GroupPhase> {
     std::string why;
     // Redrawn as the campaign judged it (a mutant with its twin's known defects repaired). A failure that
     // does not come back (a nondeterministic backend) stays unexplained, replayable from the stream.
-    auto again = redraw(r, opts_, &why);
+    auto again = redraw(r, opts_, &why, false, limit_);
     if (!again) return;
     const Budget budget{opts_.shrink_steps, std::min(deadline_, after(opts_.shrink_seconds_per_finding)),
                         deadline_, opts_.interrupt};
@@ -359,7 +361,7 @@ class GroupPhase : public std::enable_shared_from_this<GroupPhase> {
   // run is cut short or finds no worker in time, no group is made and the finding stays "not run again").
   void group_fault(const std::string& sig, const reports::FindingReport& r) {
     std::string why;
-    auto again = redraw(r, opts_, &why, /*any_verdict=*/true);
+    auto again = redraw(r, opts_, &why, /*any_verdict=*/true, limit_);
     if (!again || again->first.evaluation.not_run) return;
     GroupDef g;
     g.op = r.op, g.backend = r.backend, g.verdict = r.verdict;
@@ -391,6 +393,8 @@ class GroupPhase : public std::enable_shared_from_this<GroupPhase> {
   Findings& findings_;
   const CampaignOptions& opts_;
   Clock::time_point deadline_;
+  PhaseLimit
+      limit_;  // deadline_, and the campaign's cost model: a finding's case that does not fit is not run
   std::mutex mu_;
   std::map<std::string, std::vector<std::string>> by_class_;
   std::deque<std::string> turns_;
@@ -558,10 +562,11 @@ FailingOf failing_of(const reports::FindingReport& r, const FailingCases& failin
 }
 
 PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs,
-                        std::shared_ptr<const void> owner, const std::set<std::string>& quarantined) {
+                        std::shared_ptr<const void> owner, const std::set<std::string>& quarantined,
+                        const PhaseLimit& limit) {
   const double budget = shrink_budget(opts);
   if (budget <= 0) return {};  // --shrink-seconds 0: findings stay ungrouped, each replayable
-  return std::make_shared<GroupPhase>(findings, opts, quarantined)->run(jobs, budget, owner);
+  return std::make_shared<GroupPhase>(findings, opts, quarantined)->run(jobs, budget, owner, limit);
 }
 
 std::vector<reports::FindingGroup> report_groups(const std::map<std::string, FindingState>& findings,

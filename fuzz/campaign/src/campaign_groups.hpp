@@ -30,8 +30,11 @@ namespace driftcheck::fuzz {
 // group is the fault itself, its drawn case run once more alone within the finding's deadline; every
 // request of a candidate is bound by that deadline too (CallPolicy), so a hanging worker cannot hold the
 // phase beyond its budget.
+// Within `limit` too: the phase ends at the earlier of its budget and the limit's deadline, and a finding
+// whose case does not fit before it is left ungrouped.
 PhaseResult group_phase(Findings& findings, const CampaignOptions& opts, int jobs,
-                        std::shared_ptr<const void> owner, const std::set<std::string>& quarantined = {});
+                        std::shared_ptr<const void> owner, const std::set<std::string>& quarantined = {},
+                        const PhaseLimit& limit = {});
 
 // Failing cases by finding id: how many, and the worst one's case_ratio and index (Stats::failing and
 // failing_worst).

@@ -3,6 +3,7 @@
 #include "campaign_heatmaps.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "campaign_shrink.hpp"
 #include "driftcheck/fuzz/known_findings.hpp"
 #include "driftcheck/reports/numbers.hpp"
+#include "thread_group.hpp"
 
 namespace driftcheck::fuzz {
 namespace {
@@ -43,8 +45,10 @@ reports::Heatmap no_output(const Backend& b, const CampaignOptions& opts, std::u
   return h;
 }
 
+// nullopt when the backend does not support its worst case any more, or (`*left_out` set) when the case does
+// not fit before the limit's deadline.
 std::optional<reports::Heatmap> heatmap(const Backend& named, const CampaignOptions& opts,
-                                        std::uint64_t index) {
+                                        std::uint64_t index, const PhaseLimit& limit, bool* left_out) {
   // A mutant is replayed as the campaign judged it: with its twin's known upstream defects repaired.
   const auto repaired =
       named.kind() == BackendKind::kMutant
@@ -52,6 +56,10 @@ std::optional<reports::Heatmap> heatmap(const Backend& named, const CampaignOpti
           : nullptr;
   const Backend& b = repaired ? *repaired : named;
   const DrawnCase drawn = draw_locked(b.op(), opts.seed, index, opts.gen);
+  if (!limit.fits(drawn.spec)) {
+    *left_out = true;
+    return std::nullopt;
+  }
   Case c = materialize(drawn.spec);
   c.seed = opts.seed, c.index = index;
   if (!b.supports(c).ok) return std::nullopt;
@@ -96,9 +104,17 @@ std::optional<reports::Heatmap> heatmap(const Backend& named, const CampaignOpti
 
 }  // namespace
 
-std::vector<reports::Heatmap> worst_case_heatmaps(const CampaignOptions& opts, const Selection& sel,
-                                                  const Stats& stats) {
-  std::vector<reports::Heatmap> out;
+Heatmaps worst_case_heatmaps(const CampaignOptions& opts, const Selection& sel, const Stats& stats, int jobs,
+                             const PhaseLimit& limit) {
+  // One slot per backend, in the selection's order, whichever thread fills it.
+  struct Slot {
+    const Backend* backend;
+    std::uint64_t index;
+    std::optional<reports::Heatmap> heatmap;
+    bool left_out = false;
+  };
+  std::vector<Slot> slots;
+  std::vector<std::size_t> to_run;
   for (const Backend* b : sel.backends) {
     std::string why;
     const auto it = stats.backends.find(std::string(b->name()));
@@ -106,19 +122,43 @@ std::vector<reports::Heatmap> worst_case_heatmaps(const CampaignOptions& opts, c
     // A worst case without output (an error, a crash, a timeout) is not run again: a hang would cost another
     // timeout, and there is nothing to draw.
     if (reports::verdict_rank(it->second.worst_verdict) == 5) {
-      out.push_back(no_output(*b, opts, it->second.worst_case, it->second.worst_verdict, {}));
+      slots.push_back({b, it->second.worst_case,
+                       no_output(*b, opts, it->second.worst_case, it->second.worst_verdict, {}), false});
       continue;
     }
-    // A quarantined backend is not run again (docs/CAMPAIGN.md "Worker faults"); a worker that hangs on the
-    // worst case costs --grace-seconds at most, not its whole timeout (an ordinary case takes milliseconds).
+    // A quarantined backend is not run again (docs/CAMPAIGN.md "Worker faults").
     if (!it->second.quarantined.empty()) continue;
-    const CallPolicyScope bounded(
-        CallPolicy{.wait_for_restart = true, .deadline = after(opts.grace_seconds)});
-    try {
-      if (auto h = heatmap(*b, opts, it->second.worst_case)) out.push_back(std::move(*h));
-    } catch (const std::exception&) {
-      // The worst case was judged once already; a heatmap that cannot be redrawn is left out, not an error.
+    to_run.push_back(slots.size());
+    slots.push_back({b, it->second.worst_case, std::nullopt, false});
+  }
+  std::atomic<std::size_t> next{0};
+  const auto work = [&] {
+    // A worker that hangs on the worst case costs --grace-seconds at most, not its whole timeout (an ordinary
+    // case takes milliseconds), and no request outlives the phase's deadline.
+    const auto deadline = std::min(after(opts.grace_seconds), limit.deadline);
+    const CallPolicyScope bounded(CallPolicy{.wait_for_restart = true, .deadline = deadline});
+    for (std::size_t i = next.fetch_add(1); i < to_run.size(); i = next.fetch_add(1)) {
+      Slot& s = slots[to_run[i]];
+      try {
+        s.heatmap = heatmap(*s.backend, opts, s.index, limit, &s.left_out);
+      } catch (const std::exception&) {
+        // The worst case was judged once already; a heatmap that cannot be redrawn is left out, not an error.
+      }
     }
+  };
+  {
+    ThreadGroup threads([] {});
+    std::string why;
+    const auto wanted = std::min<std::size_t>(static_cast<std::size_t>(std::max(jobs, 1)), to_run.size());
+    for (std::size_t i = 1; i < wanted; ++i)
+      if (!threads.start(work, &why)) break;
+    work();  // this thread too (alone when no thread can be created)
+    threads.join();
+  }
+  Heatmaps out;
+  for (auto& s : slots) {
+    if (s.heatmap) out.heatmaps.push_back(std::move(*s.heatmap));
+    out.left_out += s.left_out ? 1 : 0;
   }
   return out;
 }

@@ -253,7 +253,7 @@ CampaignResult merge_campaigns(const MergeOptions& options) {
   const std::vector<GroupDef> groups = merged_groups(shards, findings, options.out_dir);
   const KnownFindings& known = options.known_findings ? *options.known_findings : builtin_known_findings();
   reports::Report report = build_report({opts, sel, stats, cases, seconds, findings, internal_errors, known,
-                                         groups, worst_case_heatmaps(opts, sel, stats)});
+                                         groups, worst_case_heatmaps(opts, sel, stats).heatmaps});
   reports::write_reports(report, options.out_dir);
   if (options.log)
     *options.log << fmt::format("driftcheck: merged {} shard{} of seed {} ({} cases)\n", shards.size(),

@@ -127,7 +127,8 @@ reports::Report build_report(const ReportInputs& in) {
   return r;
 }
 
-void print_summary(const CampaignOptions& opts, const reports::Report& r, bool written) {
+void print_summary(const CampaignOptions& opts, const reports::Report& r, bool written,
+                   std::optional<double> report_seconds) {
   // JSON progress is for machines, which read report.json rather than a table on stderr.
   if (opts.log == nullptr || !opts.summary || opts.progress.mode == ProgressMode::kJson) return;
   std::ostream& o = *opts.log;
@@ -143,6 +144,8 @@ void print_summary(const CampaignOptions& opts, const reports::Report& r, bool w
       "\n{} cases, {} checks in {:.1f} s ({:.0f} checks/s); {} failing signatures in {} groups\n", r.cases,
       r.checks, r.seconds, r.seconds > 0 ? static_cast<double>(r.checks) / r.seconds : 0.0, r.findings.size(),
       r.groups.size());
+  if (const std::string t = reports::time_line(r); !t.empty())
+    o << t << (report_seconds ? fmt::format("; report {:.1f} s", *report_seconds) : "") << "\n";
   for (const auto& b : r.backends)
     if (b.worker_restarts > 0 || b.skipped_restarting > 0)
       o << fmt::format("{}: {} worker restarts ({:.1f} s starting them), {} cases skipped while restarting\n",

@@ -11,11 +11,11 @@
 #include "driftcheck/fuzz/features.hpp"
 
 namespace driftcheck::fuzz {
-namespace {
-
 bool interrupted(const CampaignOptions& opts) {
   return opts.interrupt != nullptr && opts.interrupt->load();
 }
+
+namespace {
 
 // Runs one finding's work, sorting what it throws: a failed write stops the phase (PhaseResult::io_error),
 // anything else is an internal error of that finding. False when the phase must stop.
@@ -32,6 +32,12 @@ bool guarded(PhaseResult& out, std::mutex& mu, const std::string& signature, F&&
     out.internal_errors.push_back(fmt::format("internal error while bundling {}: {}", signature, e.what()));
   }
   return false;
+}
+
+// Whether a finding's drawn case fits before the limit's deadline (an unknown op: redraw() says so).
+bool fits_again(const reports::FindingReport& r, const CampaignOptions& opts, const PhaseLimit& limit) {
+  OpKind op;
+  return !parse_op(r.op, &op) || limit.fits(draw_locked(op, r.seed, r.case_index, opts.gen).spec);
 }
 
 }  // namespace
@@ -93,7 +99,7 @@ Shrunk shrink(const Backend& b, Verdict verdict, const CaseSpec& drawn, Attempt 
 }
 
 std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOptions& opts, std::string* why,
-                              bool any_verdict) {
+                              bool any_verdict, const PhaseLimit& limit) {
   const Backend* named = opts.backends->find(r.backend);
   OpKind op;
   if (named == nullptr || !parse_op(r.op, &op)) {
@@ -108,6 +114,10 @@ std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOpt
           : nullptr;
   const Backend* b = repaired ? repaired.get() : named;
   DrawnCase drawn = draw_locked(op, r.seed, r.case_index, opts.gen);
+  if (!limit.fits(drawn.spec)) {
+    *why = "no time left in the budget to run it again";
+    return std::nullopt;
+  }
   auto first = attempt(*b, drawn.spec, r.seed, r.case_index);
   if (!first || (!any_verdict && verdict_name(first->evaluation.verdict) != r.verdict)) {
     *why =
@@ -130,17 +140,27 @@ DrawnCase draw_locked(OpKind op, std::uint64_t seed, std::uint64_t index, const 
 }
 
 double shrink_budget(const CampaignOptions& opts) {
-  return opts.shrink_seconds.value_or(opts.seconds ? std::max(5.0, 0.25 * *opts.seconds)
-                                                   : 3 * opts.shrink_seconds_per_finding);
+  return opts.shrink_seconds.value_or(opts.seconds
+                                          ? std::min(std::max(5.0, 0.25 * *opts.seconds), 0.5 * *opts.seconds)
+                                          : 3 * opts.shrink_seconds_per_finding);
 }
 
-PhaseResult bundle_unbundled(Findings& findings, const CampaignOptions& opts) {
+PhaseResult bundle_unbundled(Findings& findings, const CampaignOptions& opts, const PhaseLimit& limit) {
   PhaseResult out;
   std::mutex mu;
+  std::int64_t no_time = 0;
   for (const std::string& sig : findings.unbundled()) {
     if (interrupted(opts)) break;
+    if (limit.passed()) {
+      ++no_time;
+      continue;
+    }
     const bool ok = guarded(out, mu, sig, [&] {
       const reports::FindingReport r = findings.find(sig)->report;
+      if (!fits_again(r, opts, limit)) {
+        ++no_time;
+        return;
+      }
       std::string why;
       if (auto again = redraw(r, opts, &why))
         findings.save_bundle(sig, *again->backend, again->drawn.spec, again->first.prepared.input,
@@ -153,6 +173,11 @@ PhaseResult bundle_unbundled(Findings& findings, const CampaignOptions& opts) {
     });
     if (!ok) break;
   }
+  if (no_time > 0 && opts.log)
+    *opts.log << fmt::format(
+        "driftcheck: {} finding{} left without a bundle: no time left in the budget to run {} case{} again "
+        "(each stays replayable from the stream: its replay command)\n",
+        no_time, no_time == 1 ? "" : "s", no_time == 1 ? "its" : "their", no_time == 1 ? "" : "s");
   return out;
 }
 

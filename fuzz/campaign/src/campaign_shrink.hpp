@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "driftcheck/fuzz/budget.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 #include "driftcheck/fuzz/campaign_findings.hpp"
 
@@ -29,12 +30,13 @@ struct DrawnCase {
 };
 DrawnCase draw_locked(OpKind op, std::uint64_t seed, std::uint64_t index, const GenOptions& gen);
 
-// The grouping phase's budget: --shrink-seconds, else 25% of --seconds (at least 5 s), else 3x
-// --shrink-seconds-per-finding.
+// The grouping phase's budget: --shrink-seconds, else 25% of --seconds (at least 5 s, at most half of it),
+// else 3x --shrink-seconds-per-finding. With --seconds it is part of that budget (BudgetPlan).
 double shrink_budget(const CampaignOptions& opts);
 
 using Clock = std::chrono::steady_clock;
 Clock::time_point after(double seconds);
+bool interrupted(const CampaignOptions& opts);  // the user's Ctrl-C or SIGTERM
 
 // The evaluation of one (possibly shrunk) spec on one backend; nullopt when the spec does not make a case
 // this backend runs (a shrink can leave the backend's supported space).
@@ -72,8 +74,10 @@ struct Redrawn {
   Attempt first;
   Verdict verdict() const { return first.evaluation.verdict; }
 };
+// With a `limit`, a case whose predicted cost does not fit before its deadline is not run (nullopt, why says
+// so).
 std::optional<Redrawn> redraw(const reports::FindingReport& r, const CampaignOptions& opts, std::string* why,
-                              bool any_verdict = false);
+                              bool any_verdict = false, const PhaseLimit& limit = {});
 
 // What a phase that writes bundles ran into. It stops at the first failed write (disk full), whose
 // std::system_error is kept to be rethrown once the campaign has stopped its threads.
@@ -87,6 +91,8 @@ struct PhaseResult {
 // kill landed between the finding's record and its bundle, or the bundle went missing). A finding that does
 // not fail again when redrawn (a nondeterministic backend) stays without a bundle, with a warning on
 // opts.log. Stops early on opts.interrupt.
-PhaseResult bundle_unbundled(Findings& findings, const CampaignOptions& opts);
+// A finding whose case does not fit before the limit's deadline stays without a bundle (one line on opts.log
+// says how many), replayable from the stream.
+PhaseResult bundle_unbundled(Findings& findings, const CampaignOptions& opts, const PhaseLimit& limit = {});
 
 }  // namespace driftcheck::fuzz

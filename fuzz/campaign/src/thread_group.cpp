@@ -33,14 +33,14 @@ bool ThreadGroup::start(std::function<void()> fn, std::string* why) {
   try {
     if (injected_failure())
       throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
-    running_->fetch_add(1);
+    running_->add(1);
     try {
       threads_.emplace_back([running = running_, fn = std::move(fn)] {
         fn();
-        running->fetch_sub(1);
+        running->add(-1);
       });
     } catch (...) {
-      running_->fetch_sub(1);
+      running_->add(-1);
       throw;
     }
     return true;
@@ -53,17 +53,20 @@ bool ThreadGroup::start(std::function<void()> fn, std::string* why) {
 }
 
 bool ThreadGroup::wait(const std::atomic<int>* interrupts, double grace, const std::function<void()>& tick,
-                       int* abandoned) {
+                       int* abandoned, const std::function<bool()>& give_up) {
   using Clock = std::chrono::steady_clock;
   std::optional<Clock::time_point> first_signal;
-  while (running_->load() > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Wakes when the last thread returns, else every 50 ms for the tick, the signals and `give_up`.
+  while (!running_->wait_for_none(std::chrono::milliseconds(50))) {
     if (tick) tick();
     const int signals = interrupts != nullptr ? interrupts->load() : 0;
-    if (signals == 0) continue;
-    if (!first_signal) first_signal = Clock::now();
-    if (signals < 2 && std::chrono::duration<double>(Clock::now() - *first_signal).count() < grace) continue;
-    *abandoned = running_->load();
+    const bool given_up = give_up && give_up();
+    if (signals == 0 && !given_up) continue;
+    if (signals > 0 && !first_signal) first_signal = Clock::now();
+    if (!given_up && signals < 2 &&
+        std::chrono::duration<double>(Clock::now() - *first_signal).count() < grace)
+      continue;
+    *abandoned = running_->count();
     if (*abandoned == 0) break;  // the last one returned meanwhile
     for (auto& t : threads_) t.detach();
     threads_.clear();
@@ -71,6 +74,22 @@ bool ThreadGroup::wait(const std::atomic<int>* interrupts, double grace, const s
   }
   join();
   return true;
+}
+
+void ThreadGroup::Running::add(int n) {
+  std::lock_guard lock(mu_);
+  n_ += n;
+  if (n_ == 0) none_.notify_all();
+}
+
+int ThreadGroup::Running::count() const {
+  std::lock_guard lock(mu_);
+  return n_;
+}
+
+bool ThreadGroup::Running::wait_for_none(std::chrono::milliseconds at_most) {
+  std::unique_lock lock(mu_);
+  return none_.wait_for(lock, at_most, [this] { return n_ == 0; });
 }
 
 void ThreadGroup::join() {

@@ -6,8 +6,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,16 +36,28 @@ class ThreadGroup {
   // Waits until every thread has returned, calling `tick` about every 50 ms, and joins them: true. After an
   // interrupt (`*interrupts` > 0) they get `grace` seconds more, none after a second interrupt; then those
   // still running are detached, left to run until the process ends, and their number is returned in
-  // `abandoned`: false. The caller must seal whatever they could still write before it goes on.
+  // `abandoned`: false. The caller must seal whatever they could still write before it goes on. `give_up`
+  // (called after each tick) returning true abandons the threads still running the same way (a deadline).
   bool wait(const std::atomic<int>* interrupts, double grace, const std::function<void()>& tick,
-            int* abandoned);
+            int* abandoned, const std::function<bool()>& give_up = {});
 
  private:
   std::function<void()> stop_;
   std::vector<std::thread> threads_;
   // Threads of this group that have not returned; shared with them, so a detached one can still count
   // itself out after the group is gone.
-  std::shared_ptr<std::atomic<int>> running_ = std::make_shared<std::atomic<int>>(0);
+  class Running {
+   public:
+    void add(int n);
+    int count() const;
+    bool wait_for_none(std::chrono::milliseconds at_most);  // true once none is running
+
+   private:
+    mutable std::mutex mu_;
+    std::condition_variable none_;
+    int n_ = 0;
+  };
+  std::shared_ptr<Running> running_ = std::make_shared<Running>();
 };
 
 }  // namespace driftcheck::fuzz

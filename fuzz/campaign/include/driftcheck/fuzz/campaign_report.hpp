@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,9 @@ struct ReportInputs {
 // Exit code: 3 with internal errors, 1 with findings or zero-case errors, else 0.
 reports::Report build_report(const ReportInputs& in);
 
-// `written`: whether report.json and report.md are on disk.
-void print_summary(const CampaignOptions& opts, const reports::Report& r, bool written);
+// `written`: whether report.json and report.md are on disk; `report_seconds`: how long building and writing
+// them took (shown after the phases' times).
+void print_summary(const CampaignOptions& opts, const reports::Report& r, bool written,
+                   std::optional<double> report_seconds = std::nullopt);
 
 }  // namespace driftcheck::fuzz
