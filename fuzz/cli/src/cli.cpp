@@ -218,7 +218,9 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
   auto* op = cmd.add_option("--op", a.ops, "ops to fuzz, comma-separated (default: all)");
   auto* be =
       cmd.add_option("--backend", a.backends, "backend globs, comma-separated (default: all available)");
-  auto* secs = cmd.add_option("--seconds", a.seconds, "time budget of the whole run: discovery, grouping, heatmaps (default 20 s)")->check(at_least(0, true));
+  auto* secs = cmd.add_option("--seconds", a.seconds,
+                              "time budget of the whole run: discovery, grouping, heatmaps (default 20 s)")
+                   ->check(at_least(0, true));
   cmd.add_option("--cases", a.cases, "case budget (total, resumed cases included)")
       ->check(uint64_text() & at_least(0, true))
       ->excludes(secs);
