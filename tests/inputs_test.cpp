@@ -53,6 +53,8 @@ TEST(Flags, ValuesThatMakeNoCampaignAreExitTwoAndCreateNothing) {
   expect_bad_input(fuzz({"--cases", "-5"}), {"--cases"});
   expect_bad_input(fuzz({"--shrink-seconds", "inf"}), {"--shrink-seconds", "finite"});
   expect_bad_input(fuzz({"--seconds", "inf"}), {"--seconds", "finite"});
+  expect_bad_input(fuzz({"--seconds", "5", "--shrink-seconds", "5"}),
+                   {"--shrink-seconds", "less than --seconds"});
   expect_bad_input(fuzz({"--seconds", "nan"}), {"--seconds"});
   expect_bad_input({"fuzz", "--out", ""}, {"--out", "empty"});
   expect_bad_input(

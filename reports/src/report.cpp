@@ -22,8 +22,8 @@ std::string time_line(const Report& r) {
     line += fmt::format("{} {} {:.1f} s", i == 0 ? "" : ",", r.phases[i].name, r.phases[i].seconds);
   if (r.cases_abandoned > 0)
     line += fmt::format(
-        "; {} case{} started but not counted (still running at the discovery deadline, or ended "
-        "past it; --resume runs {})",
+        "; {} case{} started but not counted (not finished when discovery ended, or after one that was "
+        "not; --resume runs {})",
         r.cases_abandoned, r.cases_abandoned == 1 ? "" : "s", r.cases_abandoned == 1 ? "it" : "them");
   if (r.heatmaps_left_out > 0)
     line += fmt::format("; {} worst-case heatmap{} left out (no time left to run {} again)",

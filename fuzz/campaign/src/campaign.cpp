@@ -98,7 +98,7 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
   void judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
              std::vector<std::pair<const Backend*, Outputs>>& outputs, std::vector<Failure>& failures);
   void end_stream(std::uint64_t local);
-  void close_discovery(int threads);
+  void close_discovery();
   BudgetPlan::Clock::time_point discovery_deadline() const;
   PhaseLimit limit(BudgetPlan::Clock::time_point deadline) const { return {deadline, &costs_}; }
   void timed_phase(const char* name, const std::function<void()>& phase);
@@ -249,6 +249,7 @@ void Campaign::in_own_thread(const std::function<void(Campaign&)>& work) {
 // was recorded. Their cases stay uncommitted: the last checkpoint stops below them and --resume redraws them.
 void Campaign::abandon(int threads) {
   abandoned_ += threads;
+  close_discovery();
   findings_.seal();
   std::lock_guard lock(mu_);
   sealed_ = true;
@@ -280,13 +281,13 @@ void Campaign::end_stream(std::uint64_t local) {
   }
 }
 
-// The discovery deadline passed with threads still inside a case: those cases record nothing (their threads
-// run on, detached), and the report counts them as abandoned.
-void Campaign::close_discovery(int threads) {
+// Discovery ended (its deadline, or an interrupt's grace) with threads still inside a case: those cases
+// record nothing (their threads run on, detached), and the report counts them as abandoned. Idempotent.
+void Campaign::close_discovery() {
   std::unique_lock lock(recording_);
+  if (closed_) return;
   closed_ = true;
   cases_abandoned_ += in_case_.load();
-  threads_left_ += threads;
 }
 
 void Campaign::worker() {
@@ -346,7 +347,7 @@ bool Campaign::run_case(std::uint64_t local) {
   const OpKind op = stream_op(sel_.ops, k);
   const DrawnCase drawn = draw_locked(op, opts_.seed, k, opts_.gen);
   if (!formats_selected(drawn.spec, opts_.formats)) {
-    commit(k, Stats{});
+    commit(local, Stats{});
     return true;
   }
   const auto deadline = discovery_deadline();
@@ -630,10 +631,12 @@ void Campaign::monitor(ThreadGroup& workers) {
     return true;
   };
   if (int left = 0; !workers.wait(opts_.interrupt, opts_.grace_seconds, tick, &left, deadline_passed)) {
-    if (interrupted())
+    if (interrupted()) {
       abandon(left);
-    else
-      close_discovery(left);
+    } else {
+      threads_left_ += left;
+      close_discovery();
+    }
   }
   progress.finish(static_cast<double>(live_cases_.load()), note(), findings_.size() > 0);
 }

@@ -239,9 +239,8 @@ struct Report {
 bool worse_group(const FindingGroup& a, const FindingGroup& b);
 
 // Where the campaign's time went, in one line: "Time budget 10 s: discovery 9.4 s, statistical tier 0.0 s,
-// bundles 0.0 s, grouping 0.0 s, heatmaps 0.3 s; 3 cases still running at the discovery deadline were
-// abandoned
-// (--resume runs them)". Empty for a report without phase times (written before they were recorded).
+// bundles 0.0 s, grouping 0.0 s, heatmaps 0.3 s; 3 cases started but not counted (...; --resume runs them)".
+// Empty for a report without phase times (written before they were recorded).
 std::string time_line(const Report& r);
 
 nlohmann::json to_json(const Report& r);
