@@ -38,7 +38,8 @@ def run_one(binary, out, jobs, args, env):
     return {
         "jobs": jobs, "wall": wall, "exit": p.returncode, "cases": report["cases"], "checks": report["checks"],
         "discovery": phases.get("discovery", report["seconds"]), "phases": phases,
-        "abandoned": report.get("cases_abandoned", 0), "heatmaps_left_out": report.get("heatmaps_left_out", 0),
+        "abandoned": report.get("cases_abandoned", 0), "not_started": report.get("cases_not_started", 0),
+        "heatmaps_left_out": report.get("heatmaps_left_out", 0),
         "user": after.ru_utime - before.ru_utime, "sys": after.ru_stime - before.ru_stime,
         "minflt": after.ru_minflt - before.ru_minflt, "nvcsw": after.ru_nvcsw - before.ru_nvcsw,
         "command": " ".join(cmd),

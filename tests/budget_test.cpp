@@ -4,9 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "driftcheck/device/registry.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
@@ -125,15 +131,41 @@ class SlowBackend : public Backend {
   double seconds_;
 };
 
+// Slow on the stream's larger cases (more than 6,000 elements: about a quarter of them), fast on the rest.
+class SizedBackend : public SlowBackend {
+ public:
+  using SlowBackend::SlowBackend;
+  void run(Case& c) const override {
+    const auto& x = c.tensor("x");
+    const bool large = x.shape()[0] * x.shape()[1] > 6000;
+    std::this_thread::sleep_for(std::chrono::duration<double>(large ? 0.04 : 0.0005));
+    SlowBackend::run(c);
+  }
+};
+
 // Never destroyed: a thread abandoned inside a case may still use it when the test returns.
 const Registry& slow_registry() {
   static const Registry* reg = [] {
     auto* r = new Registry;
     r->add(std::make_unique<SlowBackend>("test.rmsnorm.stuck", 60));
     r->add(std::make_unique<SlowBackend>("test.rmsnorm.slow", 0.01));
+    r->add(std::make_unique<SizedBackend>("test.rmsnorm.sized", 0));
     return r;
   }();
   return *reg;
+}
+
+// The "deferred" list of the journal's last progress record.
+std::vector<std::uint64_t> last_deferred(const std::filesystem::path& dir, std::uint64_t* completed) {
+  std::ifstream in(dir / "journal.jsonl");
+  std::vector<std::uint64_t> deferred;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.at("type") != "progress") continue;
+    *completed = j.at("completed");
+    deferred = j.value("deferred", std::vector<std::uint64_t>{});
+  }
+  return deferred;
 }
 
 CampaignOptions budget_options(const std::string& name, const std::string& backend, double seconds) {
@@ -160,7 +192,10 @@ TEST(Budget, CasesStillRunningAtTheDeadlineAreAbandonedAndNotCounted) {
   EXPECT_EQ(r.abandoned, 2) << "two threads left inside their cases";
   ASSERT_TRUE(r.report.budget_seconds);
   EXPECT_EQ(*r.report.budget_seconds, 2);
-  EXPECT_NE(reports::time_line(r.report).find("2 cases started but not counted"), std::string::npos)
+  EXPECT_NE(
+      reports::time_line(r.report).find("2 cases started but not finished when discovery ended: --resume "
+                                        "runs them"),
+      std::string::npos)
       << reports::time_line(r.report);
   // A backend that ran no case is an error of the campaign, as always.
   EXPECT_EQ(r.exit_code, 1);
@@ -183,6 +218,38 @@ TEST(Budget, ACaseThatNoLongerFitsIsNotStartedAndEveryPhaseIsTimed) {
   // The worst case's heatmap is one run of 10 ms, which fits in the tail (0.25 s at least):
   // or it is left out and counted, never run past the end.
   EXPECT_EQ(r.report.heatmaps.size() + static_cast<std::size_t>(r.report.heatmaps_left_out), 1u);
+}
+
+TEST(Budget, ACaseThatDoesNotFitIsDeferredTheStreamGoesOnAndResumeRunsItFirst) {
+  // Large cases take about 0.4 s (ten runs of 40 ms), small ones about 5 ms. Near the deadline a large case
+  // no longer fits while small ones still do: the large one is deferred, the small ones after it are counted.
+  CampaignOptions o = budget_options("sized", "test.rmsnorm.sized", 4);
+  const CampaignResult first = run_campaign(o);
+  EXPECT_EQ(first.exit_code, 0);
+  std::uint64_t completed = 0;
+  const std::vector<std::uint64_t> deferred = last_deferred(o.out_dir, &completed);
+  EXPECT_GE(first.report.cases_not_started, 1) << reports::time_line(first.report);
+  EXPECT_EQ(first.report.cases_deferred, static_cast<std::int64_t>(deferred.size()));
+  ASSERT_FALSE(deferred.empty());
+  EXPECT_EQ(first.report.cases, static_cast<std::int64_t>(completed - deferred.size()))
+      << "the cases above a deferred one are counted";
+  EXPECT_NE(
+      reports::time_line(first.report).find("not started (predicted to end past the discovery deadline)"),
+      std::string::npos)
+      << reports::time_line(first.report);
+
+  // Four more seconds: the deferred cases run first (no prediction yet in a new process), then the stream
+  // goes on from where it stopped.
+  o.resume = true, o.seconds = 8;
+  const CampaignResult second = run_campaign(o);
+  EXPECT_EQ(second.exit_code, 0);
+  std::uint64_t completed2 = 0;
+  const std::vector<std::uint64_t> deferred2 = last_deferred(o.out_dir, &completed2);
+  for (std::uint64_t d : deferred)
+    EXPECT_EQ(std::count(deferred2.begin(), deferred2.end(), d), 0) << "case " << d << " was not run again";
+  EXPECT_GT(completed2, completed);
+  EXPECT_EQ(second.report.cases, static_cast<std::int64_t>(completed2 - deferred2.size()));
+  EXPECT_GE(second.report.cases, first.report.cases + static_cast<std::int64_t>(deferred.size()));
 }
 
 TEST(Budget, ShrinkSecondsMustLeaveDiscoveryTime) {

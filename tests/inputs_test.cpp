@@ -150,6 +150,17 @@ TEST(Journal, BadFieldsAreExitTwoNamingFileLineAndField) {
       {"nested", R"("type":"progress")",
        [](json& j) { j["stats"]["backends"]["mutant.concat.halves_swapped"]["run"] = "x"; },
        "stats.backends.mutant.concat.halves_swapped.run"},
+      // Deferred cases are distinct local indices below "completed", ascending.
+      {"deferred_type", R"("type":"progress")", [](json& j) { j["deferred"] = json::array({"1"}); },
+       "deferred"},
+      {"deferred_beyond", R"("type":"progress")",
+       [](json& j) { j["deferred"] = json::array({j["completed"].get<std::uint64_t>()}); },
+       "field 'deferred': expected ascending case indices below 'completed'"},
+      {"deferred_twice", R"("type":"progress")",
+       [](json& j) {
+         j["deferred"] = json::array({0, 0});
+       },
+       "field 'deferred': expected ascending case indices below 'completed'"},
       {"unknown_type", R"("type":"bundle")", [](json& j) { j["type"] = "bundel"; }, "unknown record type"},
       {"header", R"("type":"header")", [](json& j) { j["args"]["seed"] = "one"; }, "args.seed"},
       // A count beyond int64 is parsed as a double: converting it to an integer was undefined behaviour.

@@ -20,11 +20,18 @@ std::string time_line(const Report& r) {
   std::string line = r.budget_seconds ? fmt::format("Time budget {:g} s:", *r.budget_seconds) : "Time:";
   for (std::size_t i = 0; i < r.phases.size(); ++i)
     line += fmt::format("{} {} {:.1f} s", i == 0 ? "" : ",", r.phases[i].name, r.phases[i].seconds);
-  if (r.cases_abandoned > 0)
+  const auto cases = [](std::int64_t n) { return fmt::format("{} case{}", n, n == 1 ? "" : "s"); };
+  if (r.cases_not_started > 0 && r.cases_abandoned > 0)
     line += fmt::format(
-        "; {} case{} started but not counted (not finished when discovery ended, or after one that was "
-        "not; --resume runs {})",
-        r.cases_abandoned, r.cases_abandoned == 1 ? "" : "s", r.cases_abandoned == 1 ? "it" : "them");
+        "; {} not started (predicted to end past the discovery deadline) and {} not finished by it",
+        cases(r.cases_not_started), r.cases_abandoned);
+  else if (r.cases_not_started > 0)
+    line += fmt::format("; {} not started (predicted to end past the discovery deadline)",
+                        cases(r.cases_not_started));
+  else if (r.cases_abandoned > 0)
+    line += fmt::format("; {} started but not finished when discovery ended", cases(r.cases_abandoned));
+  if (r.cases_not_started + r.cases_abandoned > 0)
+    line += r.cases_not_started + r.cases_abandoned == 1 ? ": --resume runs it" : ": --resume runs them";
   if (r.heatmaps_left_out > 0)
     line += fmt::format("; {} worst-case heatmap{} left out (no time left to run {} again)",
                         r.heatmaps_left_out, r.heatmaps_left_out == 1 ? "" : "s",

@@ -350,6 +350,8 @@ json to_json(const Report& r) {
     out["phases"] = phases;
   }
   if (r.cases_abandoned > 0) out["cases_abandoned"] = r.cases_abandoned;
+  if (r.cases_not_started > 0) out["cases_not_started"] = r.cases_not_started;
+  if (r.cases_deferred > 0) out["cases_deferred"] = r.cases_deferred;
   if (r.heatmaps_left_out > 0) out["heatmaps_left_out"] = r.heatmaps_left_out;
   return out;
 }
@@ -392,6 +394,8 @@ Report report_from_json(const json& j) {
         return PhaseTime{string_field(p, "name"), number_field(p, "seconds")};
       });
     r.cases_abandoned = count_or_zero(j, "cases_abandoned");
+    r.cases_not_started = count_or_zero(j, "cases_not_started");
+    r.cases_deferred = count_or_zero(j, "cases_deferred");
     r.heatmaps_left_out = count_or_zero(j, "heatmaps_left_out");
     r.unavailable = strings_field(j, "unavailable"), r.errors = strings_field(j, "errors");
     r.exit_code = exit_code_field(j, "exit_code");

@@ -89,7 +89,8 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
   void in_own_thread(const std::function<void(Campaign&)>& work);
   void abandon(int threads);
   void worker();
-  bool run_case(std::uint64_t local);
+  enum class CaseEnd { kRecorded, kDeferred, kDiscoveryOver };
+  CaseEnd run_case(std::uint64_t local);
   // A backend's failing evaluation of the case being run, recorded as a finding once the case is complete.
   struct Failure {
     const Backend* backend;
@@ -97,8 +98,7 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
   };
   void judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
              std::vector<std::pair<const Backend*, Outputs>>& outputs, std::vector<Failure>& failures);
-  void end_stream(std::uint64_t local);
-  void close_discovery();
+  void close_discovery(bool defer_unfinished);
   BudgetPlan::Clock::time_point discovery_deadline() const;
   PhaseLimit limit(BudgetPlan::Clock::time_point deadline) const { return {deadline, &costs_}; }
   void timed_phase(const char* name, const std::function<void()>& phase);
@@ -109,7 +109,9 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
   void attribute_remaining_restarts();
   std::string on_failure(const Backend& b, const CaseSpec& spec, const PreparedCase& p, const Evaluation& e);
   void statistical_class_findings();
-  void commit(std::uint64_t k, Stats s);
+  // Records local case `local` as done (`s`, its statistics) or deferred (nullopt: not run in time).
+  void commit(std::uint64_t local, std::optional<Stats> s);
+  void fold();  // mu_ held
   void checkpoint();
   void monitor(ThreadGroup& workers);
   void fail_io(const std::system_error& e);
@@ -141,23 +143,26 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
   std::int64_t heatmaps_left_out_ = 0;
 
   std::atomic<std::uint64_t> next_index_{0};  // this shard's cases: local index j is case shard.case_index(j)
-  // The first local index not run: a case that does not fit before the discovery deadline ends the stream
-  // there, so the cases run stay a prefix of it (what resume continues).
-  std::atomic<std::uint64_t> stream_end_{std::numeric_limits<std::uint64_t>::max()};
+  // A resumed campaign's deferred cases, which its workers run before the stream goes on from the watermark.
+  std::vector<std::uint64_t> retry_;
+  std::atomic<std::size_t> retry_next_{0};
   // Held shared while a case records its findings and commits, exclusively to close discovery: a case
   // still running at the discovery deadline records nothing.
   std::shared_mutex recording_;
-  bool closed_ = false;                           // guarded by recording_
-  std::atomic<std::int64_t> cases_abandoned_{0};  // started, not counted (docs/CAMPAIGN.md "Time budget")
-  std::atomic<std::int64_t> in_case_{0};          // cases started and not yet recorded
+  bool closed_ = false;  // guarded by recording_
+  // This run's deferred cases (docs/CAMPAIGN.md "Time budget"): started and not finished by the discovery
+  // deadline, and not started because they would have ended past it.
+  std::atomic<std::int64_t> cases_abandoned_{0}, cases_not_started_{0};
+  std::atomic<std::int64_t> in_case_{0};  // cases started and not yet recorded
   std::atomic<bool> stop_{false};
   std::atomic<std::int64_t> live_cases_{0}, live_checks_{0};
   int abandoned_ = 0;     // threads left in a case by an interrupt (main thread only)
   int threads_left_ = 0;  // threads left in a case at the discovery deadline (main thread only)
 
   mutable std::mutex mu_;        // guards everything below
-  std::uint64_t watermark_ = 0;  // every local index below it is done and folded into committed_
-  std::map<std::uint64_t, Stats> pending_;
+  std::uint64_t watermark_ = 0;  // every local index below it is done and folded into committed_, or deferred
+  std::set<std::uint64_t> deferred_;                       // below the watermark, not run: --resume runs them
+  std::map<std::uint64_t, std::optional<Stats>> pending_;  // done (or deferred) above the watermark
   Stats committed_;
   std::vector<std::string> internal_errors_;  // internal errors and the failed write that stopped the run
   bool io_failed_ = false;
@@ -196,6 +201,8 @@ void Campaign::open_journal() {
   if (exists) {
     Checkpoint c = load_journal(contents, path.string(), findings_);
     watermark_ = c.completed, elapsed_offset_ = c.elapsed_s, committed_ = std::move(c.stats);
+    deferred_.insert(c.deferred.begin(), c.deferred.end());
+    retry_ = c.deferred;
     // A quarantine stays: the resumed run does not start the backend's faults over.
     for (const auto& [name, bs] : committed_.backends)
       if (!bs.quarantined.empty()) {
@@ -206,9 +213,12 @@ void Campaign::open_journal() {
     journal_ = Journal::reopen(path);
     resumed_ = true;
     if (opts_.log)
-      *opts_.log << fmt::format("driftcheck: resuming {} at case {} ({} findings so far{})\n", path.string(),
-                                watermark_, findings_.size(),
-                                contents.torn_tail ? ", torn last line dropped" : "");
+      *opts_.log << fmt::format(
+          "driftcheck: resuming {} at case {}{} ({} findings so far{})\n", path.string(), watermark_,
+          retry_.empty()
+              ? ""
+              : fmt::format(", {} deferred case{} first", retry_.size(), retry_.size() == 1 ? "" : "s"),
+          findings_.size(), contents.torn_tail ? ", torn last line dropped" : "");
   } else {
     journal_ = Journal::create(path, journal_header(opts_, sel_));
   }
@@ -249,7 +259,7 @@ void Campaign::in_own_thread(const std::function<void(Campaign&)>& work) {
 // was recorded. Their cases stay uncommitted: the last checkpoint stops below them and --resume redraws them.
 void Campaign::abandon(int threads) {
   abandoned_ += threads;
-  close_discovery();
+  close_discovery(false);
   findings_.seal();
   std::lock_guard lock(mu_);
   sealed_ = true;
@@ -275,28 +285,38 @@ BudgetPlan::Clock::time_point Campaign::discovery_deadline() const {
   return plan_.discovery(findings_.size() > 0);
 }
 
-void Campaign::end_stream(std::uint64_t local) {
-  std::uint64_t end = stream_end_.load();
-  while (local < end && !stream_end_.compare_exchange_weak(end, local)) {
-  }
-}
-
 // Discovery ended (its deadline, or an interrupt's grace) with threads still inside a case: those cases
-// record nothing (their threads run on, detached), and the report counts them as abandoned. Idempotent.
-void Campaign::close_discovery() {
+// record nothing (their threads run on, detached), and the report counts them as abandoned. At the deadline
+// the cases below the last one recorded that did not end (running still, or fetched and not started) are
+// deferred, so that every case that ended in time is counted. After an interrupt they are not: the journal
+// stops below them, and --resume runs the rest of the stream in order, as an uninterrupted --cases campaign
+// does (its statistics then fold in the same order, bit for bit). Idempotent.
+void Campaign::close_discovery(bool defer_unfinished) {
   std::unique_lock lock(recording_);
   if (closed_) return;
   closed_ = true;
   cases_abandoned_ += in_case_.load();
+  std::lock_guard guard(mu_);
+  if (!defer_unfinished || sealed_ || pending_.empty()) return;
+  for (std::uint64_t local = watermark_; local < pending_.rbegin()->first; ++local)
+    pending_.emplace(local, std::nullopt);  // keeps the cases that ended
+  fold();
 }
 
+// A worker whose case does not fit before the discovery deadline defers it and goes on: a smaller case may
+// still fit. Two in a row mean the deadline is near for the cases it meets: the worker ends.
 void Campaign::worker() {
+  bool deferred_last = false;
   for (;;) {
-    const std::uint64_t local = next_index_.fetch_add(1);
+    // A resumed campaign's deferred cases first, then the stream.
+    const std::size_t r = retry_next_.fetch_add(1);
+    const std::uint64_t local = r < retry_.size() ? retry_[r] : next_index_.fetch_add(1);
     const std::uint64_t k = opts_.shard.case_index(local);
-    if (local >= stream_end_.load() || out_of_budget(k)) return;
+    if (out_of_budget(k)) return;
     try {
-      if (!run_case(local)) return;
+      const CaseEnd end = run_case(local);
+      if (end == CaseEnd::kDiscoveryOver || (end == CaseEnd::kDeferred && deferred_last)) return;
+      deferred_last = end == CaseEnd::kDeferred;
     } catch (const std::system_error& e) {
       fail_io(e);
       return;
@@ -339,21 +359,23 @@ void Campaign::absorb(PhaseResult r) {
   internal_errors_.insert(internal_errors_.end(), r.internal_errors.begin(), r.internal_errors.end());
 }
 
-// False when the case was not run: it does not fit before the discovery deadline (then the stream ends at it)
-// or it was still running there.
-bool Campaign::run_case(std::uint64_t local) {
+// A case that does not fit before the discovery deadline is deferred and not started; one that ends past the
+// deadline is deferred too: --resume runs them first. One still running when discovery closes records
+// nothing.
+Campaign::CaseEnd Campaign::run_case(std::uint64_t local) {
   const auto started = Clock::now();
   const std::uint64_t k = opts_.shard.case_index(local);
   const OpKind op = stream_op(sel_.ops, k);
   const DrawnCase drawn = draw_locked(op, opts_.seed, k, opts_.gen);
   if (!formats_selected(drawn.spec, opts_.formats)) {
     commit(local, Stats{});
-    return true;
+    return CaseEnd::kRecorded;
   }
   const auto deadline = discovery_deadline();
   if (plan_.bounded() && !limit(deadline).fits(drawn.spec)) {
-    end_stream(local);
-    return false;
+    ++cases_not_started_;
+    commit(local, std::nullopt);
+    return CaseEnd::kDeferred;
   }
   ++in_case_;
   // A backend whose worker is being restarted after a fault is not waited for: the case's other backends,
@@ -387,15 +409,14 @@ bool Campaign::run_case(std::uint64_t local) {
     }
   }
   costs_.observe(op, case_work(drawn.spec), seconds_since(started));
-  // A case that ends past the deadline, or after one before it in the stream did not run, is not counted:
-  // resume runs it again.
+  // A case that ends past the deadline is not counted: resume runs it again.
   std::shared_lock recording(recording_);
   --in_case_;
-  if (closed_) return false;  // counted when discovery closed
-  if (local > stream_end_.load() || (plan_.bounded() && Clock::now() >= deadline)) {
+  if (closed_) return CaseEnd::kDiscoveryOver;  // counted when discovery closed
+  if (plan_.bounded() && Clock::now() >= deadline) {
     ++cases_abandoned_;
-    end_stream(local);
-    return false;
+    commit(local, std::nullopt);
+    return CaseEnd::kDiscoveryOver;
   }
   for (const Failure& f : failures) {
     const Evaluation& e = f.evaluation;
@@ -404,7 +425,7 @@ bool Campaign::run_case(std::uint64_t local) {
   }
   live_cases_.fetch_add(1);
   commit(local, std::move(stats));
-  return true;
+  return CaseEnd::kRecorded;
 }
 
 void Campaign::judge(const Backend& b, const PreparedCase& p, const CaseSpec& spec, Stats& stats,
@@ -589,13 +610,25 @@ std::string Campaign::on_failure(const Backend& b, const CaseSpec& spec, const P
 }
 
 // Cases finish out of order across workers; they fold into `committed_` strictly in index order so a
-// checkpoint's `completed` means "every case of this shard below it", which is what resume skips.
-void Campaign::commit(std::uint64_t local, Stats s) {
+// checkpoint's `completed` means "every case of this shard below it, but the deferred ones", which is what
+// resume skips.
+void Campaign::commit(std::uint64_t local, std::optional<Stats> s) {
   std::lock_guard lock(mu_);
   if (sealed_) return;
+  if (local < watermark_) {  // a deferred case run again
+    if (s) committed_.merge(*s), deferred_.erase(local);
+    return;
+  }
   pending_.emplace(local, std::move(s));
+  fold();
+}
+
+void Campaign::fold() {
   while (!pending_.empty() && pending_.begin()->first == watermark_) {
-    committed_.merge(pending_.begin()->second);
+    if (const auto& s = pending_.begin()->second)
+      committed_.merge(*s);
+    else
+      deferred_.insert(watermark_);
     pending_.erase(pending_.begin());
     ++watermark_;
   }
@@ -603,15 +636,18 @@ void Campaign::commit(std::uint64_t local, Stats s) {
 
 void Campaign::checkpoint() {
   std::lock_guard lock(mu_);
-  journal_->append(progress_record({watermark_, elapsed(), committed_}));
+  journal_->append(progress_record(
+      {watermark_, std::vector<std::uint64_t>(deferred_.begin(), deferred_.end()), elapsed(), committed_}));
 }
 
 void Campaign::monitor(ThreadGroup& workers) {
-  const auto base_cases = static_cast<std::int64_t>(watermark_);
   // A --seconds budget drives the fraction and ETA by the clock; a --cases budget by the case count.
   ProgressGoal goal;
-  if (opts_.cases)
-    goal.units = static_cast<double>(opts_.shard.cases_below(*opts_.cases)) - static_cast<double>(base_cases);
+  if (opts_.cases) {
+    std::lock_guard lock(mu_);
+    goal.units = static_cast<double>(opts_.shard.cases_below(*opts_.cases)) -
+                 static_cast<double>(watermark_ - deferred_.size());
+  }
   if (opts_.seconds) goal.seconds = std::max(0.0, *opts_.seconds - elapsed_offset_);
   Progress progress(opts_.log, opts_.progress, "fuzz", "cases", goal);
   const auto start = Clock::now();
@@ -635,7 +671,7 @@ void Campaign::monitor(ThreadGroup& workers) {
       abandon(left);
     } else {
       threads_left_ += left;
-      close_discovery();
+      close_discovery(true);
     }
   }
   progress.finish(static_cast<double>(live_cases_.load()), note(), findings_.size() > 0);
@@ -645,12 +681,15 @@ reports::Report Campaign::build() const {
   std::lock_guard lock(mu_);
   const auto findings = findings_.snapshot();
   const auto groups = findings_.groups();
-  reports::Report r = build_report({opts_, sel_, committed_, watermark_, elapsed(), findings,
-                                    internal_errors_, known_findings(), groups, heatmaps_});
+  reports::Report r = build_report({opts_, sel_, committed_, watermark_ - deferred_.size(), elapsed(),
+                                    findings, internal_errors_, known_findings(), groups, heatmaps_});
   if (plan_.bounded()) r.budget_seconds = opts_.seconds;
   r.phases = phases_;
-  // Cases that ended after one that was not counted wait above the watermark: not counted either.
+  // Cases that ended after one that never ended (an interrupt's or an internal error's stop) wait above the
+  // watermark: not counted either.
   r.cases_abandoned = cases_abandoned_.load() + static_cast<std::int64_t>(pending_.size());
+  r.cases_not_started = cases_not_started_.load();
+  r.cases_deferred = static_cast<std::int64_t>(deferred_.size());
   r.heatmaps_left_out = heatmaps_left_out_;
   return r;
 }

@@ -88,10 +88,12 @@ void apply_header(const json& header, CampaignOptions& opts, const std::string& 
 }
 
 json progress_record(const Checkpoint& c) {
-  return {{"type", "progress"},
-          {"completed", c.completed},
-          {"elapsed_s", files::number_json(c.elapsed_s)},
-          {"stats", c.stats.to_json()}};
+  json r = {{"type", "progress"},
+            {"completed", c.completed},
+            {"elapsed_s", files::number_json(c.elapsed_s)},
+            {"stats", c.stats.to_json()}};
+  if (!c.deferred.empty()) r["deferred"] = c.deferred;  // absent: none (and in journals older than it)
+  return r;
 }
 
 Checkpoint load_journal(const JournalContents& contents, const std::string& name, Findings& findings) {
@@ -102,6 +104,14 @@ Checkpoint load_journal(const JournalContents& contents, const std::string& name
     try {
       if (type == "progress") {
         c.completed = u64_field(r, "completed");
+        c.deferred.clear();
+        if (r.contains("deferred"))
+          for (const json& d : array_field(r, "deferred")) {
+            const auto local = static_cast<std::uint64_t>(int_value(d, "deferred", 0));
+            if (local >= c.completed || (!c.deferred.empty() && local <= c.deferred.back()))
+              throw FieldError("deferred", "expected ascending case indices below 'completed'");
+            c.deferred.push_back(local);
+          }
         c.elapsed_s = number_field(r, "elapsed_s");
         c.stats = within_field("stats", [&] { return Stats::from_json(object_field(r, "stats")); });
       } else if (type == "finding" || type == "bundle" || type == "unbundle" || type == "group") {

@@ -219,14 +219,14 @@ CampaignResult merge_campaigns(const MergeOptions& options) {
   opts.shard = {};
   const Selection sel = recorded_selection(shards.front(), reg);
   Stats stats;
-  std::uint64_t cases = 0;
+  std::uint64_t cases = 0, deferred = 0;
   double seconds = 0;
   std::map<std::string, FindingState> findings;  // by signature, at its lowest case index
   std::map<std::string, const ShardRun*> found_in;
   std::vector<std::string> internal_errors;
   for (const ShardRun& s : shards) {
     stats.merge(s.checkpoint.stats);
-    cases += s.checkpoint.completed;
+    cases += s.checkpoint.cases(), deferred += s.checkpoint.deferred.size();
     seconds = std::max(seconds, s.checkpoint.elapsed_s);  // the shards ran side by side
     for (const auto& [sig, f] : s.findings) {
       const auto it = findings.find(sig);
@@ -238,9 +238,9 @@ CampaignResult merge_campaigns(const MergeOptions& options) {
           fmt::format("shard {} ({}) ended with an internal or I/O error: its report.md "
                       "says which",
                       s.opts.shard.name(), s.dir.string()));
-    if (opts.cases && s.checkpoint.completed < s.opts.shard.cases_below(*opts.cases) && options.log)
+    if (opts.cases && s.checkpoint.cases() < s.opts.shard.cases_below(*opts.cases) && options.log)
       *options.log << fmt::format("driftcheck: warning: shard {} ran {} of its {} cases (interrupted?)\n",
-                                  s.opts.shard.name(), s.checkpoint.completed,
+                                  s.opts.shard.name(), s.checkpoint.cases(),
                                   s.opts.shard.cases_below(*opts.cases));
   }
   warn_about_reasons(shards, options.log);
@@ -254,6 +254,7 @@ CampaignResult merge_campaigns(const MergeOptions& options) {
   const KnownFindings& known = options.known_findings ? *options.known_findings : builtin_known_findings();
   reports::Report report = build_report({opts, sel, stats, cases, seconds, findings, internal_errors, known,
                                          groups, worst_case_heatmaps(opts, sel, stats).heatmaps});
+  report.cases_deferred = static_cast<std::int64_t>(deferred);  // --resume of their shard runs them
   reports::write_reports(report, options.out_dir);
   if (options.log)
     *options.log << fmt::format("driftcheck: merged {} shard{} of seed {} ({} cases)\n", shards.size(),

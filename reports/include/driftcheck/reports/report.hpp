@@ -225,12 +225,15 @@ struct Report {
   int exit_code = 0;
   std::vector<FindingGroup> groups;  // worst first
   std::vector<Heatmap> heatmaps;
-  // The time budget (--seconds; none with --cases alone), the phases' times in order, the cases started but
-  // not counted (still running at the discovery deadline, or ended past it: --resume runs them), and the
-  // backends whose worst case's heatmap did not fit in the budget.
+  // The time budget (--seconds; none with --cases alone), the phases' times in order, this run's cases
+  // started but not counted (still running at the discovery deadline, or ended past it) and not started
+  // (predicted to end past it), the campaign's deferred cases (below its stream position, not run: --resume
+  // runs them first), and the backends whose worst case's heatmap did not fit in the budget.
   std::optional<double> budget_seconds;
   std::vector<PhaseTime> phases;
   std::int64_t cases_abandoned = 0;
+  std::int64_t cases_not_started = 0;
+  std::int64_t cases_deferred = 0;
   std::int64_t heatmaps_left_out = 0;
 };
 

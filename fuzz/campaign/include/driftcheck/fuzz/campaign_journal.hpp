@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,11 +26,16 @@ void apply_journal_header(CampaignOptions& opts);
 // The same from a header record (`name` names the file in errors).
 void apply_header(const nlohmann::json& header, CampaignOptions& opts, const std::string& name);
 
-// Every case below `completed` is done, and `stats` are the statistics of exactly those cases.
+// Every case below `completed` is done except the `deferred` ones (a --seconds campaign's cases that were not
+// started because they would have ended past the discovery deadline, or were still running there: --resume
+// runs them first), and `stats` are the statistics of exactly the done ones. Indices are the shard's local
+// ones.
 struct Checkpoint {
   std::uint64_t completed = 0;
-  double elapsed_s = 0;  // campaign seconds, resumed segments included
+  std::vector<std::uint64_t> deferred;  // ascending, each below `completed`
+  double elapsed_s = 0;                 // campaign seconds, resumed segments included
   Stats stats;
+  std::uint64_t cases() const { return completed - deferred.size(); }  // the cases `stats` count
 };
 nlohmann::json progress_record(const Checkpoint& c);
 
