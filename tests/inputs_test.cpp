@@ -41,6 +41,31 @@ void expect_bad_input(const std::vector<std::string>& args, const std::vector<st
     EXPECT_NE(r.err.find(m), std::string::npos) << cmd << ": " << r.err << " lacks " << m;
 }
 
+// The reference's environment (docs/REFERENCE.md "When"): a malformed value is refused before anything runs,
+// never read as the default.
+TEST(Environment, AMalformedReferenceSettingIsExitTwo) {
+  const auto out = fresh("reference_env");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"DRIFTCHECK_REFERENCE=gpus", "DRIFTCHECK_REFERENCE=gpus is not one of cpu, gpu, auto"},
+      {"DRIFTCHECK_REFERENCE_GPU_WORK=1e6", "DRIFTCHECK_REFERENCE_GPU_WORK=1e6 is not a positive integer"},
+      {"DRIFTCHECK_REFERENCE_GPU_WORK=0", "DRIFTCHECK_REFERENCE_GPU_WORK=0 is not a positive integer"},
+  };
+  for (const auto& [env, message] : cases) {
+    ChildOptions o;
+    o.env = {env};
+    Child c({"fuzz", "--op", "concat", "--cases", "4", "--out", out.string()}, o);
+    const Outcome r = c.wait();
+    EXPECT_EQ(r.code, 2) << env << ": " << r.err;
+    EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out)) << env << ": a refused run wrote " << out;
+  }
+  ChildOptions valid;
+  valid.env = {"DRIFTCHECK_REFERENCE=cpu", "DRIFTCHECK_REFERENCE_GPU_WORK=4096"};
+  Child ok({"fuzz", "--op", "concat", "--cases", "4", "--out", out.string()}, valid);
+  EXPECT_NE(ok.wait().code, 2) << "valid settings run";
+}
+
 TEST(Flags, ValuesThatMakeNoCampaignAreExitTwoAndCreateNothing) {
   const auto out = fresh("flags");
   const auto fuzz = [&](std::vector<std::string> more) {

@@ -111,18 +111,6 @@ std::optional<Outputs> gpu_reference_attention(const Case& c) {
 
 namespace {
 
-enum class ReferenceDevice { kAuto, kCpu, kGpu };
-
-// DRIFTCHECK_REFERENCE=cpu|gpu|auto (docs/REFERENCE.md): read once.
-ReferenceDevice reference_device() {
-  static const ReferenceDevice device = [] {
-    const char* env = std::getenv("DRIFTCHECK_REFERENCE");
-    const std::string_view v = env ? env : "auto";
-    return v == "cpu" ? ReferenceDevice::kCpu : v == "gpu" ? ReferenceDevice::kGpu : ReferenceDevice::kAuto;
-  }();
-  return device;
-}
-
 // Multiply-adds of q . k over every visible (query, key) pair, per q head: the reference's work.
 std::int64_t attention_work(const Case& c) {
   const auto& p = c.get<AttentionParams>();
@@ -140,13 +128,8 @@ std::int64_t attention_work(const Case& c) {
 
 }  // namespace
 
-std::optional<Outputs> gpu_reference_if_worth_it(const Case& c) {
-  if (c.op != OpKind::kAttention || reference_device() == ReferenceDevice::kCpu || !gpu::device_present())
-    return {};
-  // Below about a million multiply-adds the CPU's Eigen GEMMs take under a millisecond, about what an upload,
-  // two launches and a download cost; above, the GPU wins by the ratio measured in bench/gpu_reference_bench.
-  constexpr std::int64_t kWorkThreshold = std::int64_t{1} << 20;
-  if (reference_device() == ReferenceDevice::kAuto && attention_work(c) < kWorkThreshold) return {};
+std::optional<Outputs> gpu_reference_if_worth_it(const Case& c, std::int64_t min_work) {
+  if (c.op != OpKind::kAttention || !gpu::device_present() || attention_work(c) < min_work) return {};
   return gpu_reference_attention(c);
 }
 

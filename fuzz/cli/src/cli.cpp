@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "driftcheck/device/device_reference.hpp"
 #include "driftcheck/device/numerics_terms.hpp"
 #include "driftcheck/device/plugin_backend.hpp"
 #include "driftcheck/device/registry.hpp"
@@ -332,6 +333,8 @@ int dispatch(int argc, const char* const* argv, std::ostream& out, std::ostream&
     err << fmt::format("driftcheck: error: {} (driftcheck --help)\n", what);
     return kExitUsage;
   }
+  if (const std::string problem = reference_environment_problem(); !problem.empty())
+    throw UsageError(problem);
   // A worker serves built-ins only: it must not load (or fail on) the backends files its parent names.
   if (worker.app->parsed()) return worker.run();
   const std::vector<std::string> named = extend_backends(backend_args);

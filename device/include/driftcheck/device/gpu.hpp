@@ -37,8 +37,9 @@ void gpu_run_on_storages(const std::vector<Storage*>& storages,
 // declines the case (a NaN or infinity where the reference reads, head_dim beyond its kernel). Throws
 // BackendError on a device error.
 std::optional<Outputs> gpu_reference_attention(const Case& c);
-// gpu_reference_attention when a GPU is present and the case is worth it (device_reference.hpp's rule).
-std::optional<Outputs> gpu_reference_if_worth_it(const Case& c);
+// gpu_reference_attention for an attention case of at least `min_work` multiply-adds of q . k (over every
+// visible (query, key) pair, per q head) when a GPU is present (device_reference.hpp's rule); else nullopt.
+std::optional<Outputs> gpu_reference_if_worth_it(const Case& c, std::int64_t min_work);
 #endif
 
 }  // namespace driftcheck
