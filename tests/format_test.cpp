@@ -192,6 +192,27 @@ TEST_P(FormatTest, UlpAndNeighboursAgreeWithTheValueTable) {
   EXPECT_EQ(ulp(fc.dtype, 4.0 * fc.max), ulp(fc.dtype, fc.max));
   EXPECT_TRUE(std::isnan(next_up(fc.dtype, NAN)));
   EXPECT_TRUE(std::isnan(ulp(fc.dtype, NAN)));
+  // Below the format's smallest subnormal, subnormal doubles included (ulp reads the exponent from the bits
+  // of a normal double and asks frexp for a subnormal one): the subnormal quantum.
+  for (const double tiny : {0x1p-1070, 0x1p-1074, 0x1.8p-1023, 0x1p-1022, 1e-200})
+    EXPECT_EQ(ulp(fc.dtype, tiny), fc.min_subnormal) << tiny;
+}
+
+TEST(Ulp, Fp64AndFp32AcrossTheirRanges) {
+  EXPECT_EQ(ulp(DType::kF64, 1.0), 0x1p-52);
+  EXPECT_EQ(ulp(DType::kF64, -1.5), 0x1p-52);
+  EXPECT_EQ(ulp(DType::kF64, 0x1p-1022), 0x1p-1074);
+  EXPECT_EQ(ulp(DType::kF64, 0x1p-1070), 0x1p-1074) << "a subnormal double";
+  EXPECT_EQ(ulp(DType::kF64, 0.0), 0x1p-1074);
+  EXPECT_EQ(ulp(DType::kF64, DBL_MAX), 0x1p971);
+  EXPECT_EQ(ulp(DType::kF64, INFINITY), 0x1p971);
+  EXPECT_EQ(ulp(DType::kF32, 1.0), 0x1p-23);
+  EXPECT_EQ(ulp(DType::kF32, 0x1p-140), 0x1p-149);
+  EXPECT_EQ(ulp(DType::kF32, 0x1p-1070), 0x1p-149);
+  EXPECT_EQ(ulp(DType::kF32, 0x1p200), 0x1p104) << "beyond fp32's range: its top binade's quantum";
+  for (const double x : {3.0, 1e-30, 1e30, 0x1.fffffep126})
+    EXPECT_EQ(ulp(DType::kF32, x), std::nextafter(static_cast<float>(x), INFINITY) - static_cast<float>(x))
+        << x;
 }
 
 // Inputs that decide a rounding: each format value, every midpoint (tie) between neighbours, and the floats

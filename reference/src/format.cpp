@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cfloat>
+#include <cmath>
+#include <cstdint>
 #include <utility>
 
 namespace driftcheck {
@@ -18,12 +21,14 @@ struct Binades {
   bool has_inf;
 };
 
-Binades binades(DType t) {
+Binades make_binades(DType t) {
   switch (t) {
     case DType::kF64:
       return {52, -1022, 1023, DBL_MAX, true};
     case DType::kF32:
       return {23, -126, 127, static_cast<double>(FLT_MAX), true};
+    case DType::kI32:
+      return {0, 0, 0, 0, false};  // not a float format: never asked for its binades
     default: {
       const FloatFormat& f = *float_format(t);
       return {f.man_bits, 1 - f.bias, f.max_exp_field() - f.bias, max_finite(f), f.has_inf};
@@ -31,16 +36,39 @@ Binades binades(DType t) {
   }
 }
 
-// Exponent of the binade holding |x| (finite, non-zero), clamped to the format's exponent range.
+// Computed once per dtype: ulp() runs for every element of every tolerance.
+const Binades& binades(DType t) {
+  static const std::array<Binades, 8> table = [] {
+    std::array<Binades, 8> b{};
+    for (DType d : {DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3FN, DType::kF8E4M3FNUZ,
+                    DType::kF8E5M2, DType::kI32})
+      b.at(static_cast<std::size_t>(d)) = make_binades(d);
+    return b;
+  }();
+  return table.at(static_cast<std::size_t>(t));
+}
+
+// 2^k for an exponent k of a normal double: its bits, as std::ldexp(1.0, k) gives them.
+double pow2(int k) {
+  if (k < -1022 || k > 1023) return std::ldexp(1.0, k);
+  return std::bit_cast<double>(static_cast<std::uint64_t>(k + 1023) << 52);
+}
+
+// Exponent of the binade holding |x| (finite, non-zero), clamped to the format's exponent range: the exponent
+// field of a normal double, frexp's for a subnormal one.
 int binade_exponent(const Binades& b, double a) {
-  int e = 0;
-  (void)std::frexp(a, &e);
-  return std::clamp(e - 1, b.emin, b.emax);
+  const auto field = static_cast<int>((std::bit_cast<std::uint64_t>(a) >> 52) & 0x7ff);
+  int e = field - 1023;
+  if (field == 0) {
+    (void)std::frexp(a, &e);
+    --e;
+  }
+  return std::clamp(e, b.emin, b.emax);
 }
 
 double quantum(const Binades& b, double a) {
   const int e = a == 0.0 || std::isinf(a) ? (a == 0.0 ? b.emin : b.emax) : binade_exponent(b, a);
-  return std::ldexp(1.0, e - b.man_bits);
+  return pow2(e - b.man_bits);
 }
 
 // Smallest format value > a, for 0 <= a < max finite. Values of a binade are k * q, so the next one up is
@@ -55,12 +83,12 @@ double next_up_nonneg(const Binades& b, double a) {
 double next_down_pos(const Binades& b, double a) {
   const double q = quantum(b, a);
   const int e = binade_exponent(b, a);
-  if (e > b.emin && a == std::ldexp(1.0, e)) return a - 0.5 * q;
+  if (e > b.emin && a == pow2(e)) return a - 0.5 * q;
   return (std::ceil(a / q) - 1.0) * q;
 }
 
 double next_up_impl(DType t, double x) {
-  const Binades b = binades(t);
+  const Binades& b = binades(t);
   if (x >= b.max_finite) return b.has_inf ? INFINITY : b.max_finite;
   if (x < -b.max_finite) return -b.max_finite;
   if (x >= 0.0) return next_up_nonneg(b, x);
