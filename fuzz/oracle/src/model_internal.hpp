@@ -68,10 +68,18 @@ inline NormRow load_row(const Tensor& x, const Tensor* residual, const Tensor& w
   row.eps = eps;
   row.z.resize(static_cast<std::size_t>(h));
   row.w.resize(static_cast<std::size_t>(h));
-  for (std::int64_t i = 0; i < h; ++i) {
-    const double res = residual ? residual->at({r, i}) : 0.0;
-    row.z[static_cast<std::size_t>(i)] = x.at({r, i}) + res;
-    row.w[static_cast<std::size_t>(i)] = weight_value(mode, w.at({i}));
+  if (h == 0) return row;
+  // Whole rows at once (decoding is exact: the same values as element by element).
+  x.storage()->load_f64(x.index({r, 0}), x.strides()[1], h, row.z.data());
+  w.storage()->load_f64(w.index({0}), w.strides()[0], h, row.w.data());
+  std::vector<double> res;
+  if (residual) {
+    res.resize(static_cast<std::size_t>(h));
+    residual->storage()->load_f64(residual->index({r, 0}), residual->strides()[1], h, res.data());
+  }
+  for (std::size_t i = 0; i < row.z.size(); ++i) {
+    row.z[i] += residual ? res[i] : 0.0;
+    row.w[i] = weight_value(mode, row.w[i]);
   }
   return row;
 }
