@@ -10,16 +10,12 @@ export LD_LIBRARY_PATH=$PWD/.device-bin/lib
 B=.device-bin/driftcheck; S=bench/campaign_scaling.py
 cat .device-bin/COMMIT; nproc; lscpu | grep -E "Model name|Thread|Core|Socket|MHz"; nvidia-smi -L; uptime
 python3 $S $B $OUT/a --jobs 1,16 --processes --op attention --seconds 10 --label "attention, CPU twins"
-python3 $S $B $OUT/r --jobs 1,16 --processes --op rmsnorm --seconds 10 --label "rmsnorm, CPU twins"
-python3 $S $B $OUT/c --jobs 1,16 --op attention --seconds 10 --env DRIFTCHECK_REFERENCE=cpu \
+python3 $S $B $OUT/r --jobs 1,16 --processes --op rmsnorm --seconds 8 --label "rmsnorm, CPU twins"
+python3 $S $B $OUT/c --jobs 16 --op attention --seconds 10 --env DRIFTCHECK_REFERENCE=cpu \
   --label "attention, CPU twins, CPU reference"
-for w in 4194304 16777216 67108864; do
-  python3 $S $B $OUT/t$w --jobs 16 --op attention --seconds 10 --env DRIFTCHECK_REFERENCE_GPU_WORK=$w \
-    --label "attention, CPU twins, GPU reference from $w multiply-adds"
-done
+python3 $S $B $OUT/t24 --jobs 16 --op attention --seconds 10 --env DRIFTCHECK_REFERENCE_GPU_WORK=16777216 \
+  --label "attention, CPU twins, GPU reference from 2^24 multiply-adds"
 python3 $S $B $OUT/gc --jobs 16 --backend 'gpu.*' --op attention --seconds 10 --env DRIFTCHECK_REFERENCE=cpu \
   --label "attention, GPU backends, CPU reference"
-python3 $S $B $OUT/g24 --jobs 16 --backend 'gpu.*' --op attention --seconds 10 \
-  --env DRIFTCHECK_REFERENCE_GPU_WORK=16777216 --label "attention, GPU backends, GPU reference from 2^24"
-python3 bench/attention_anchor.py $B $OUT/anchor --seconds 30 --jobs 16 --pythonpath $PWD/.device-bin/pylib
+python3 bench/attention_anchor.py $B $OUT/anchor --seconds 20 --jobs 16 --pythonpath $PWD/.device-bin/pylib
 rm -rf $OUT/*/jobs*/findings $OUT/*/procs*/*/findings $OUT/anchor/campaign/findings
