@@ -70,6 +70,31 @@ double near_max_magnitude(DType t, std::int64_t width) {
   return std::min(format_max(t) * 0.5, cap);
 }
 
+// One row of draw_values for distribution D (a template so that the per-element switch leaves the loop).
+template <Distribution D>
+void draw_row(double* out, std::int64_t width, double magnitude, double min_norm,
+              const std::vector<bool>& outlier, ValueRng& rng) {
+  const double row_level = rng.normal();
+  const auto normal_col = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(width)));
+  for (std::int64_t c = 0; c < width; ++c) {
+    double x = rng.normal();
+    if constexpr (D == Distribution::kOutlierChannels) {
+      x *= outlier[static_cast<std::size_t>(c)] ? 100.0 : 1.0;
+    } else if constexpr (D == Distribution::kNearConstant) {
+      x = row_level + 1e-3 * x;
+    } else if constexpr (D == Distribution::kNearMax) {
+      x = rng.sign() * magnitude * (0.5 + 0.5 * rng.uniform());
+    } else if constexpr (D == Distribution::kSubnormal) {
+      // Three in four values below the smallest normal; one column per row stays normal so that the row's
+      // sum of squares is not itself pure underflow (which no fp32 kernel can represent).
+      if (c != normal_col && rng.below(4) != 0) x = rng.sign() * rng.uniform() * min_norm;
+    } else if constexpr (D == Distribution::kLargeLogits) {
+      x *= 1024.0;
+    }
+    out[c] = x;
+  }
+}
+
 // Row-major values of a [rows, width] block drawn from a distribution. `magnitude` is the near-max magnitude.
 std::vector<double> draw_values(Distribution d, DType t, std::int64_t rows, std::int64_t width,
                                 double magnitude, ValueRng& rng) {
@@ -79,34 +104,30 @@ std::vector<double> draw_values(Distribution d, DType t, std::int64_t rows, std:
     const std::int64_t n = std::max<std::int64_t>(1, width / 64);
     for (std::int64_t k = 0; k < n; ++k) outlier[rng.below(static_cast<std::uint64_t>(width))] = true;
   }
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const double row_level = rng.normal();
-    const auto normal_col = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(width)));
-    for (std::int64_t c = 0; c < width; ++c) {
-      double x = rng.normal();
-      switch (d) {
-        case Distribution::kNormal:
-          break;
-        case Distribution::kOutlierChannels:
-          x *= outlier[static_cast<std::size_t>(c)] ? 100.0 : 1.0;
-          break;
-        case Distribution::kNearConstant:
-          x = row_level + 1e-3 * x;
-          break;
-        case Distribution::kNearMax:
-          x = rng.sign() * magnitude * (0.5 + 0.5 * rng.uniform());
-          break;
-        case Distribution::kSubnormal:
-          // Three in four values below the smallest normal; one column per row stays normal so that the row's
-          // sum of squares is not itself pure underflow (which no fp32 kernel can represent).
-          if (c != normal_col && rng.below(4) != 0) x = rng.sign() * rng.uniform() * min_normal(t);
-          break;
-        case Distribution::kLargeLogits:
-          x *= 1024.0;
-          break;
-      }
-      v[static_cast<std::size_t>(r * width + c)] = x;
-    }
+  const double min_norm = d == Distribution::kSubnormal ? min_normal(t) : 0.0;
+  const auto rows_of = [&](auto draw) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      draw(v.data() + r * width, width, magnitude, min_norm, outlier, rng);
+  };
+  switch (d) {
+    case Distribution::kNormal:
+      rows_of(draw_row<Distribution::kNormal>);
+      break;
+    case Distribution::kOutlierChannels:
+      rows_of(draw_row<Distribution::kOutlierChannels>);
+      break;
+    case Distribution::kNearConstant:
+      rows_of(draw_row<Distribution::kNearConstant>);
+      break;
+    case Distribution::kNearMax:
+      rows_of(draw_row<Distribution::kNearMax>);
+      break;
+    case Distribution::kSubnormal:
+      rows_of(draw_row<Distribution::kSubnormal>);
+      break;
+    case Distribution::kLargeLogits:
+      rows_of(draw_row<Distribution::kLargeLogits>);
+      break;
   }
   return v;
 }
