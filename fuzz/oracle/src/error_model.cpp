@@ -132,24 +132,25 @@ double inf_log_weight(const std::vector<double>& weight, double z, const std::ve
 // sum_d |q_d k_td|, S = max |logit|, the softmax weights exp(logit - m) and their sum z (a sink included).
 // The dot products run over all keys at once, d by d: each key's sums keep the order of d.
 struct RowLogits {
-  std::vector<double> weight, dot, mag;
-  double g_max = 0, s_max = 0, z = 0, k1_max = 0;  // k1_max = max_t sum_d |k_td| (HeadKV::k1)
+  std::vector<double> weight, dot, mag, k1;
+  double g_max = 0, s_max = 0, z = 0, k1_max = 0;  // k1_max = max_t sum_d |k_td|
 
   void compute(const Attn& a, const std::vector<double>& q, const HeadKV& kv, std::int64_t lo,
                std::int64_t hi, std::int64_t h) {
     const auto first = static_cast<std::size_t>(lo), n = static_cast<std::size_t>(hi - lo);
     dot.assign(n, 0.0);
     mag.assign(n, 0.0);
+    k1.assign(n, 0.0);
     for (std::size_t d = 0; d < q.size(); ++d) {
       const double qd = q[d], *k = kv.k_row(d) + first;
       for (std::size_t j = 0; j < n; ++j) {
         const double x = qd * k[j];
         dot[j] += x;
         mag[j] += std::fabs(x);
+        k1[j] += std::fabs(k[j]);
       }
     }
-    const auto k1 = kv.k1.begin() + static_cast<std::ptrdiff_t>(first);
-    k1_max = n == 0 ? 0.0 : *std::max_element(k1, k1 + static_cast<std::ptrdiff_t>(n));
+    k1_max = n == 0 ? 0.0 : *std::max_element(k1.begin(), k1.end());
     const double ks = std::fabs(a.p.scale);
     double m =
         a.p.has_sinks ? a.sinks[static_cast<std::size_t>(h)] : -std::numeric_limits<double>::infinity();

@@ -183,7 +183,6 @@ struct Attn {
 struct HeadKV {
   std::size_t len = 0;
   std::vector<double> k_t, v;
-  std::vector<double> k1;  // per key, sum_d |k_td| in the order of d
   const double* k_row(std::size_t d) const { return k_t.data() + d * len; }
 };
 
@@ -209,11 +208,6 @@ void for_each_row(const Attn& a, bool round_to_act, F&& f) {
       kv.k_t.resize(k.size());
       for (std::size_t t = 0; t < kv.len; ++t)
         for (std::size_t d = 0; d < dim; ++d) kv.k_t[d * kv.len + t] = k[t * dim + d];
-      kv.k1.assign(kv.len, 0.0);
-      for (std::size_t d = 0; d < dim; ++d) {
-        const double* kd = kv.k_row(d);
-        for (std::size_t t = 0; t < kv.len; ++t) kv.k1[t] += std::fabs(kd[t]);
-      }
       kv.v = dequant(a.keys("v_cache", s, len, g), a.p.v_scale);
       a.new_tokens("v_new", start, ql, len, g, kv.v);
       for (std::int64_t j = 0; j < ql; ++j) {
