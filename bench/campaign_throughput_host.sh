@@ -1,7 +1,7 @@
 #!/bin/bash
 # Throughput of campaigns on the GPU machine (docs/results/campaign-throughput.md), run from the repository root
-# there with the binaries of .ci/gpu-build in .device-bin and pytest in .device-bin/pylib (the machine has torch,
-# not always pytest); $OUT receives the campaigns. In one run:
+# there with the binaries of .ci/gpu-build in .device-bin (the machine's python has torch and pytest); $OUT
+# receives the campaigns. In one run:
 #   - scaling from 1 to 16 jobs against 16 one-job processes (the machine's own ceiling), attention and rmsnorm;
 #   - where the GPU fp64 reference pays in a campaign of CPU twins and of GPU backends at 16 jobs (the auto
 #     rule's threshold, DRIFTCHECK_REFERENCE_GPU_WORK, against the CPU reference);
@@ -17,5 +17,5 @@ python3 $S $B $OUT/t24 --jobs 16 --op attention --seconds 10 --env DRIFTCHECK_RE
   --label "attention, CPU twins, GPU reference from 2^24 multiply-adds"
 python3 $S $B $OUT/gc --jobs 16 --backend 'gpu.*' --op attention --seconds 10 --env DRIFTCHECK_REFERENCE=cpu \
   --label "attention, GPU backends, CPU reference"
-python3 bench/attention_anchor.py $B $OUT/anchor --seconds 20 --jobs 16 --pythonpath $PWD/.device-bin/pylib
+python3 bench/attention_anchor.py $B $OUT/anchor --seconds 20 --jobs 16
 rm -rf $OUT/*/jobs*/findings $OUT/*/procs*/*/findings $OUT/anchor/campaign/findings
