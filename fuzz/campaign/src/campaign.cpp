@@ -89,6 +89,7 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
   void in_own_thread(const std::function<void(Campaign&)>& work);
   void abandon(int threads);
   void worker();
+  std::uint64_t next_local();
   enum class CaseEnd { kRecorded, kDeferred, kDiscoveryOver };
   CaseEnd run_case(std::uint64_t local);
   // A backend's failing evaluation of the case being run, recorded as a finding once the case is complete.
@@ -303,14 +304,20 @@ void Campaign::close_discovery(bool defer_unfinished) {
   fold();
 }
 
+// A resumed campaign's deferred cases first, then the stream. Once they are handed out, a fetch is one atomic
+// add, as without them.
+std::uint64_t Campaign::next_local() {
+  if (retry_next_.load(std::memory_order_relaxed) < retry_.size())
+    if (const std::size_t r = retry_next_.fetch_add(1); r < retry_.size()) return retry_[r];
+  return next_index_.fetch_add(1);
+}
+
 // A worker whose case does not fit before the discovery deadline defers it and goes on: a smaller case may
 // still fit. Two in a row mean the deadline is near for the cases it meets: the worker ends.
 void Campaign::worker() {
   bool deferred_last = false;
   for (;;) {
-    // A resumed campaign's deferred cases first, then the stream.
-    const std::size_t r = retry_next_.fetch_add(1);
-    const std::uint64_t local = r < retry_.size() ? retry_[r] : next_index_.fetch_add(1);
+    const std::uint64_t local = next_local();
     const std::uint64_t k = opts_.shard.case_index(local);
     if (out_of_budget(k)) return;
     try {
