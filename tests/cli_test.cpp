@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.hpp"
@@ -45,6 +46,12 @@ TEST(Cli, BadUsageIsExitTwoWithOneLine) {
   expect_usage_error("fuzz --op nosuch", "unknown op 'nosuch'");
   expect_usage_error("fuzz --backend 'nosuch.*'", "unknown backend 'nosuch.*'");
   expect_usage_error("fuzz --resume --seed 3", "excludes");
+  expect_usage_error("fuzz --compile-set 65", "--compile-set");
+  expect_usage_error("fuzz --compile-set -1", "--compile-set");
+  expect_usage_error("fuzz --compile-set many", "--compile-set");
+  expect_usage_error("fuzz --resume --compile-set 2", "excludes");
+  expect_usage_error("replay --seed 1 --case 2 --op rmsnorm --backend cpu.rmsnorm.native --compile-set 65",
+                     "--compile-set");
   expect_usage_error("replay", "needs a BUNDLE");
   expect_usage_error("replay --seed 1 --case 2 --op rmsnorm --backend nosuch", "unknown backend");
   expect_usage_error("replay --seed 1 --case 2 --op nosuch --backend x", "unknown op");
@@ -145,6 +152,41 @@ TEST(Cli, MutantFindingReplaysFromItsBundleAndFromTheStream) {
       driftcheck("replay --seed 1 --case " + std::to_string(f.at("case_index").get<std::uint64_t>()) +
                  " --op concat --backend " + std::string(mutant->name()));
   EXPECT_EQ(stream.code, 1) << stream.out;
+}
+
+// A campaign drawn from a compile set names it in its report, and the stream replay of a finding, run with
+// the report's stream flags, is the campaign's case: it fails on the mutant as the campaign found. Without
+// the flags the same index is another case.
+TEST(Cli, ACompileSetCampaignsFindingsReplayWithItsStreamFlags) {
+  const driftcheck::Backend* mutant = first_mutant_of(driftcheck::OpKind::kConcat);
+  ASSERT_NE(mutant, nullptr);
+  const auto out = scratch() / "compile_set_campaign";
+  const Outcome fuzz =
+      driftcheck("fuzz --backend " + std::string(mutant->name()) +
+                 " --cases 12 --jobs 2 --compile-set 2 --shrink-seconds 0 --out " + out.string());
+  ASSERT_EQ(fuzz.code, 1) << fuzz.err;
+  const auto report = nlohmann::json::parse(slurp(out / "report.json"));
+  const std::string stream = report.at("stream").get<std::string>();
+  ASSERT_EQ(stream, "--compile-set 2");
+  EXPECT_NE(slurp(out / "report.md").find("(`--compile-set 2`)"), std::string::npos);
+  ASSERT_FALSE(report.at("findings").empty());
+  for (const auto& f : report.at("findings")) {
+    const std::string index = std::to_string(f.at("case_index").get<std::uint64_t>());
+    const std::string replay =
+        fmt::format("replay --seed 1 --case {} --op concat --backend {} {}", index, mutant->name(), stream);
+    const Outcome r = driftcheck(replay);
+    EXPECT_EQ(r.code, 1) << replay << "\n" << r.out << r.err;
+    // The replay drew the finding's case: its shape class is the finding's.
+    EXPECT_NE(r.out.find(fmt::format("({})", f.at("shape_class").get<std::string>())), std::string::npos)
+        << r.out;
+    // The command the report prints runs as printed (a bundle's, or a stream replay with the flags).
+    const std::string printed = f.at("replay").get<std::string>();
+    ASSERT_EQ(printed.rfind("driftcheck ", 0), 0u) << printed;
+    if (printed.find("--seed") != std::string::npos) {
+      EXPECT_NE(printed.find("--compile-set 2"), std::string::npos) << printed;
+    }
+    EXPECT_EQ(driftcheck(printed.substr(printed.find(' ') + 1)).code, 1) << printed;
+  }
 }
 
 // `driftcheck report` over a campaign: every campaign writes report.html itself; the command writes the HTML,

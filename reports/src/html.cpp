@@ -596,9 +596,10 @@ void run_section(const RunReport& run, std::size_t i, Plots& plots, std::string&
   if (run.campaign) {
     const Report& r = *run.campaign;
     h += fmt::format(
-        "<p class=meta><code>{}</code>: seed {}, {} cases, {} backend checks in {:.1f} s; exit code "
+        "<p class=meta><code>{}</code>: seed {}{}, {} cases, {} backend checks in {:.1f} s; exit code "
         "{}.</p>\n",
-        esc(r.command), r.seed, r.cases, r.checks, r.seconds, r.exit_code);
+        esc(r.command), r.seed, r.stream.empty() ? "" : " (<code>" + esc(r.stream) + "</code>)", r.cases,
+        r.checks, r.seconds, r.exit_code);
     if (const std::string t = time_line(r); !t.empty()) h += "<p class=meta>" + esc(t) + ".</p>\n";
     for (const auto& e : r.errors) h += "<p class=err>" + esc(e) + "</p>\n";
     heading("glance", "At a glance");

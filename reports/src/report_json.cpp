@@ -343,6 +343,7 @@ json to_json(const Report& r) {
               {"unavailable", r.unavailable},
               {"errors", r.errors},
               {"exit_code", r.exit_code}};
+  if (!r.stream.empty()) out["stream"] = r.stream;
   if (r.budget_seconds) out["budget_seconds"] = number_json(*r.budget_seconds);
   if (!r.phases.empty()) {
     json phases = json::array();
@@ -368,6 +369,7 @@ Report report_from_json(const json& j) {
     r.tool_version = string_field(j, "tool_version"), r.command = string_field(j, "command");
     r.seed = u64_field(j, "seed"), r.cases = int_field(j, "cases", 0), r.checks = int_field(j, "checks", 0);
     r.seconds = number_field(j, "seconds");
+    if (j.contains("stream")) r.stream = string_field(j, "stream");
     r.ops = list_field(j, "ops", [](const json& o) {
       return OpReport{string_field(o, "op"), int_field(o, "cases", 0), number_field(o, "reference_seconds")};
     });

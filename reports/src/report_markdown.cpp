@@ -281,11 +281,11 @@ std::string to_markdown(const Report& r) {
   std::string md = fmt::format(
       "# driftcheck campaign report\n\n"
       "Format {} v{}, driftcheck {}. Command: `{}`\n\n"
-      "Seed {}: {} cases, {} backend checks in {:.1f} s ({:.0f} checks/s). {} finding groups. Exit code "
+      "Seed {}{}: {} cases, {} backend checks in {:.1f} s ({:.0f} checks/s). {} finding groups. Exit code "
       "{}.\n\n",
-      kReportFormatName, kReportFormatVersion, r.tool_version, cell(r.command), r.seed, r.cases, r.checks,
-      r.seconds, r.seconds > 0 ? static_cast<double>(r.checks) / r.seconds : 0.0, r.groups.size(),
-      r.exit_code);
+      kReportFormatName, kReportFormatVersion, r.tool_version, cell(r.command), r.seed,
+      r.stream.empty() ? "" : fmt::format(" (`{}`)", cell(r.stream)), r.cases, r.checks, r.seconds,
+      r.seconds > 0 ? static_cast<double>(r.checks) / r.seconds : 0.0, r.groups.size(), r.exit_code);
   if (const std::string t = time_line(r); !t.empty()) md += t + ".\n\n";
   markdown_group_lines(r, md);
   markdown_list("Errors", r.errors, md);

@@ -297,10 +297,11 @@ bool valid_name(std::string_view n) {
 }
 
 BackendDecl read_backend(const Reader& r, const toml::table& t, const Registry& known) {
-  r.only(t,
-         {"name", "op", "description", "provenance", "twin", "command", "plugin", "plugin_config", "env",
-          "cwd", "timeout_s", "startup_timeout_s", "workers", "channel", "numerics", "supports"},
-         "[[backend]]");
+  r.only(
+      t,
+      {"name", "op", "description", "provenance", "twin", "command", "plugin", "plugin_config", "env", "cwd",
+       "timeout_s", "startup_timeout_s", "workers", "channel", "numerics", "supports", "compile_set"},
+      "[[backend]]");
   BackendDecl d;
   d.file = r.file(), d.line = t.source().begin.line;
   const auto* name = t.get("name");
@@ -333,6 +334,13 @@ BackendDecl read_backend(const Reader& r, const toml::table& t, const Registry& 
   else if (!t.get("plugin"))
     r.fail(t, fmt::format("{} declares no \"numerics\" (a table, or \"like:<backend>\")", d.name));
   if (const auto* s = t.get("supports")) read_supports(r, *s, d);
+  if (const auto* v = t.get("compile_set")) {
+    const std::int64_t k = r.integer(*v, "compile_set", 0);
+    if (k > kMaxCompileSet)
+      r.fail(*v, fmt::format("\"compile_set\" must be at most {} (a set that large compiles like no set)",
+                             kMaxCompileSet));
+    d.compile_set = static_cast<int>(k);
+  }
   if (const auto* w = t.get("workers"))
     d.max_workers = static_cast<int>(std::min<std::int64_t>(r.integer(*w, "workers", 0), 1024));
   const auto* command = t.get("command");

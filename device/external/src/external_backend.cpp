@@ -139,6 +139,7 @@ class ExternalBackend final : public Backend {
     return d_.numerics_like != nullptr ? d_.numerics_like->numerics_for(c) : d_.numerics;
   }
   std::string_view twin() const override { return d_.twin; }
+  int compile_set() const override { return d_.compile_set; }
   std::string_view provenance() const override { return d_.provenance; }
   std::string supports_summary() const override { return d_.supports.summary(); }
 

@@ -27,6 +27,7 @@ class IsolatedBackend final : public Backend {
   std::string_view mutates() const override { return inner_->mutates(); }
   std::string_view bug_class() const override { return inner_->bug_class(); }
   std::string_view twin() const override { return inner_->twin(); }
+  int compile_set() const override { return inner_->compile_set(); }
   BackendDefinition definition() const override { return inner_->definition(); }
   std::string origin() const override {
     return fmt::format("out of process (--isolate): {} worker --backend {}",

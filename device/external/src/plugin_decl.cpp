@@ -13,7 +13,7 @@ std::unique_ptr<Backend> make_plugin_backend(const BackendDecl& d) {
   PluginOptions o;
   o.name = d.name, o.config = d.plugin_config, o.description = d.description, o.origin = d.origin();
   o.backends_file = d.file;
-  o.twin = d.twin;
+  o.twin = d.twin, o.compile_set = d.compile_set;
   if (!d.numerics_source.empty()) o.numerics = d.numerics;
   const std::string who = fmt::format("{} ({})", d.name, d.origin());
   o.static_supports = [supports = d.supports, who](const Case& c) { return supports.check(c, who); };

@@ -179,6 +179,7 @@ class PluginBackend final : public Backend {
   OpKind op() const override { return static_cast<OpKind>(p_->op); }
   Numerics numerics() const override { return numerics_of(*p_); }
   std::string_view twin() const override { return opts_.twin; }
+  int compile_set() const override { return opts_.compile_set; }
   std::string supports_summary() const override {
     std::string s = opts_.static_supports_summary;
     for (const auto& part : query_.summary()) s += fmt::format("{}{}", s.empty() ? "" : "; ", part);

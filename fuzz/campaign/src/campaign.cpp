@@ -70,7 +70,7 @@ class Campaign : public std::enable_shared_from_this<Campaign> {
       : opts_(std::move(opts)),
         sel_(std::move(sel)),
         dir_(std::move(dir)),
-        findings_(dir_->path(), opts_.gen.model, opts_.backends) {
+        findings_(dir_->path(), stream_args(opts_.gen), opts_.backends) {
     // A backend named exactly but unavailable here stays selected (it must fail as zero-case) but never runs.
     std::string why;
     for (const Backend* b : sel_.backends)
@@ -586,7 +586,7 @@ void Campaign::statistical_class_findings() {
       report.shape_class = shape;
       report.detail = e.detail, report.worst_ratio = e.worst_ratio, report.seed = opts_.seed;
       report.case_index = index, report.found_after_s = elapsed();
-      report.replay = stream_replay_command(b->op(), opts_.seed, index, *b, opts_.gen.model);
+      report.replay = stream_replay_command(b->op(), opts_.seed, index, *b, stream_args(opts_.gen));
       report.features = case_features(drawn.spec);
       if (findings_.add(sig, report) && findings_.claim_drawn_bundle(report.backend, report.verdict))
         findings_.save_bundle(sig, *b, drawn.spec, p.input, e);
@@ -609,7 +609,7 @@ std::string Campaign::on_failure(const Backend& b, const CaseSpec& spec, const P
   report.backend = std::string(b.name()), report.verdict = std::string(verdict_name(e.verdict));
   report.shape_class = shape, report.detail = e.detail, report.worst_ratio = e.worst_ratio;
   report.seed = opts_.seed, report.case_index = p.input.index, report.found_after_s = elapsed();
-  report.replay = stream_replay_command(spec.op, opts_.seed, p.input.index, b, opts_.gen.model);
+  report.replay = stream_replay_command(spec.op, opts_.seed, p.input.index, b, stream_args(opts_.gen));
   report.features = case_features(spec);
   if (findings_.add(sig, report) && findings_.claim_drawn_bundle(report.backend, report.verdict))
     findings_.save_bundle(sig, b, spec, p.input, e);
@@ -852,6 +852,27 @@ void check_options(const CampaignOptions& o) {
   if (o.out_dir.empty()) throw UsageError("--out must name a directory (it is empty)");
   if (!o.gen.model.empty() && find_model_profile(o.gen.model) == nullptr)
     throw UsageError(fmt::format("unknown model '{}' (models: {})", o.gen.model, model_profile_names()));
+  if (o.compile_set && (*o.compile_set < 0 || *o.compile_set > kMaxCompileSet))
+    throw UsageError(fmt::format("--compile-set must be 0 (off) to {}", kMaxCompileSet));
+}
+
+// A new campaign's compile set: --compile-set, else the smallest the selected backends declare (one of them
+// compiles per specialisation, and every backend judges the same cases).
+void choose_compile_set(CampaignOptions& o, const Selection& sel) {
+  if (o.compile_set) {
+    o.gen.compile_set = *o.compile_set;
+    return;
+  }
+  const Backend* by = nullptr;
+  for (const Backend* b : sel.backends)
+    if (b->compile_set() > 0 && (by == nullptr || b->compile_set() < by->compile_set())) by = b;
+  if (by == nullptr) return;
+  o.gen.compile_set = by->compile_set();
+  if (o.log && o.progress.mode != ProgressMode::kJson)
+    *o.log << fmt::format(
+        "driftcheck: cases drawn from a compile set of {} ({} declares compile_set = {}; --compile-set 0 "
+        "turns it off; docs/CAMPAIGN.md \"Compile sets\")\n",
+        o.gen.compile_set, by->name(), o.gen.compile_set);
 }
 
 }  // namespace
@@ -874,6 +895,7 @@ CampaignResult run_campaign(const CampaignOptions& options) {
   if (!opts.seconds && !opts.cases) opts.seconds = kDefaultSeconds;
   if (opts.backends == nullptr) opts.backends = &registry();
   Selection sel = select_backends(*opts.backends, opts.ops, opts.backend_globs, opts.include_mutants);
+  if (!opts.resume) choose_compile_set(opts, sel);
   if (!dir) dir = std::make_shared<const CampaignDir>(opts.out_dir);
   return std::make_shared<Campaign>(std::move(opts), std::move(sel), std::move(dir))->run();
 }
@@ -930,15 +952,16 @@ std::string definition_args(std::string_view backend, const Registry& reg) {
 }
 
 std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index, const Backend& backend,
-                                  std::string_view model) {
-  return stream_replay_command(op, seed, index, backend.name(), model, definition_args(backend.definition()));
+                                  std::string_view stream) {
+  return stream_replay_command(op, seed, index, backend.name(), stream,
+                               definition_args(backend.definition()));
 }
 
 std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index,
-                                  std::string_view backend, std::string_view model,
+                                  std::string_view backend, std::string_view stream,
                                   std::string_view definition) {
-  return fmt::format("driftcheck replay --seed {} --case {} --op {} --backend {}{}{}{}", seed, index,
-                     op_name(op), backend, model.empty() ? "" : " --model ", model, definition);
+  return fmt::format("driftcheck replay --seed {} --case {} --op {} --backend {}{}{}", seed, index,
+                     op_name(op), backend, stream, definition);
 }
 
 }  // namespace driftcheck::fuzz

@@ -64,7 +64,7 @@ Evaluation evaluation_from(const json& j) {
 std::string Findings::stream_replay(const reports::FindingReport& r) const {
   OpKind op;
   if (!parse_op(r.op, &op)) return r.replay;
-  return stream_replay_command(op, r.seed, r.case_index, r.backend, model_,
+  return stream_replay_command(op, r.seed, r.case_index, r.backend, stream_,
                                backends_ ? definition_args(r.backend, *backends_) : std::string());
 }
 
@@ -241,7 +241,7 @@ void Findings::add_group(GroupDef g, const CaseSpec& spec, const Case& pristine)
                     g.backend,
                     shape_class(spec),
                     g.replay,
-                    stream_replay_command(spec.op, seed, index, g.backend, model_,
+                    stream_replay_command(spec.op, seed, index, g.backend, stream_,
                                           backends_ ? definition_args(g.backend, *backends_) : std::string()),
                     seed,
                     index,
@@ -326,7 +326,7 @@ void Findings::save_bundle(const std::string& signature, const Backend& b, const
                     std::string(b.name()),
                     shape_class(spec),
                     bundle_replay_command(dir),
-                    stream_replay_command(spec.op, seed, index, b, model_),
+                    stream_replay_command(spec.op, seed, index, b, stream_),
                     seed,
                     index,
                     0,

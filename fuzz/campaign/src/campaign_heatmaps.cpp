@@ -40,7 +40,7 @@ reports::Heatmap no_output(const Backend& b, const CampaignOptions& opts, std::u
   h.backend = std::string(b.name()), h.op = std::string(op_name(b.op()));
   h.seed = opts.seed, h.case_index = index;
   h.shape_class = shape_class(draw_locked(b.op(), opts.seed, index, opts.gen).spec);
-  h.replay = stream_replay_command(b.op(), opts.seed, index, b, opts.gen.model);
+  h.replay = stream_replay_command(b.op(), opts.seed, index, b, stream_args(opts.gen));
   h.verdict = std::move(verdict), h.detail = std::move(detail);
   return h;
 }
@@ -81,7 +81,7 @@ std::optional<reports::Heatmap> heatmap(const Backend& named, const CampaignOpti
   h.verdict = is_failure(e.verdict) ? std::string(verdict_name(e.verdict)) : std::string();
   h.backend = std::string(named.name()), h.op = std::string(op_name(b.op())), h.output = name;
   h.seed = opts.seed, h.case_index = index, h.shape_class = shape_class(drawn.spec);
-  h.replay = stream_replay_command(b.op(), opts.seed, index, named, opts.gen.model);
+  h.replay = stream_replay_command(b.op(), opts.seed, index, named, stream_args(opts.gen));
   h.full_rows = shape.empty() ? 1 : shape[0];
   h.full_cols = h.full_rows > 0 ? static_cast<std::int64_t>(out.size()) / h.full_rows : 0;
   h.row_label = "token";

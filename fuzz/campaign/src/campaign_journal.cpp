@@ -24,6 +24,7 @@ json journal_header(const CampaignOptions& opts, const Selection& selection) {
                {"large_shapes", opts.gen.large_shapes},
                {"formats", formats}};
   if (!opts.gen.model.empty()) args["model"] = opts.gen.model;
+  if (opts.gen.compile_set > 0) args["compile_set"] = opts.gen.compile_set;
   if (opts.shard.sharded()) args["shard"] = {{"index", opts.shard.index}, {"count", opts.shard.count}};
   // What the selection left out here, for `driftcheck merge` on another machine (where other backends may be
   // available).
@@ -59,6 +60,10 @@ void apply_header(const json& header, CampaignOptions& opts, const std::string& 
       opts.seed = u64_field(a, "seed"), opts.gen.large_shapes = bool_field(a, "large_shapes");
       // Journals of unsharded campaigns without a profile have neither field.
       opts.gen.model = a.contains("model") ? string_field(a, "model") : "";
+      // Nor has one without a compile set.
+      opts.gen.compile_set = a.contains("compile_set") ? static_cast<int>(int_field(a, "compile_set", 0)) : 0;
+      if (opts.gen.compile_set > kMaxCompileSet)
+        throw FieldError("compile_set", fmt::format("{} is above {}", opts.gen.compile_set, kMaxCompileSet));
       opts.shard = {};
       if (a.contains("shard"))
         within_field("shard", [&] {

@@ -158,7 +158,7 @@ bool copy_bundle(const ShardRun& from, const std::string& bundle, const fs::path
 // An unsharded campaign bundles the drawn cases of the first kDrawnBundlesPerClass findings of each (backend,
 // verdict), in stream order with one job; each shard bundled its own first ones, which include those. The
 // others lose their bundle and replay from the stream, as in the unsharded run.
-void keep_first_drawn_bundles(std::map<std::string, FindingState>& findings, const std::string& model,
+void keep_first_drawn_bundles(std::map<std::string, FindingState>& findings, const std::string& stream,
                               const Registry& reg) {
   std::map<std::string, std::vector<std::pair<std::uint64_t, FindingState*>>> by_class;
   for (auto& [sig, f] : findings)
@@ -171,7 +171,7 @@ void keep_first_drawn_bundles(std::map<std::string, FindingState>& findings, con
       if (r.bundle.empty() || !parse_op(r.op, &op)) continue;
       list[i].second->bundled = false, r.bundle.clear(), r.shape.clear();
       r.replay =
-          stream_replay_command(op, r.seed, r.case_index, r.backend, model, definition_args(r.backend, reg));
+          stream_replay_command(op, r.seed, r.case_index, r.backend, stream, definition_args(r.backend, reg));
     }
   }
 }
@@ -246,7 +246,7 @@ CampaignResult merge_campaigns(const MergeOptions& options) {
   warn_about_reasons(shards, options.log);
 
   fs::create_directories(options.out_dir / "findings");
-  keep_first_drawn_bundles(findings, opts.gen.model, reg);
+  keep_first_drawn_bundles(findings, stream_args(opts.gen), reg);
   for (auto& [sig, f] : findings)
     if (f.bundled && copy_bundle(*found_in[sig], f.report.bundle, options.out_dir))
       f.report.replay = bundle_replay_command(options.out_dir / f.report.bundle);

@@ -21,20 +21,26 @@ std::vector<reports::ReasonCount> top_reasons(const std::map<std::string, std::i
   return out;
 }
 
-// Why a backend that was asked for ran nothing, in one line.
-std::string zero_case_reason(const Backend& b, const BackendStats& s) {
+// Why a backend that was asked for ran nothing, in one line. A compile set narrows what is drawn, so it may
+// leave a backend's whole supported space out: the line says so.
+std::string zero_case_reason(const Backend& b, const BackendStats& s, int compile_set) {
   std::string why;
   if (!b.available(&why)) return fmt::format("unavailable: {}", why);
   if (s.unsupported > 0) {
     const auto top = top_reasons(s.reasons);
-    return fmt::format("all {} of its cases unsupported, mostly: {}", s.unsupported,
-                       top.empty() ? "?" : top.front().reason);
+    return fmt::format("all {} of its cases unsupported, mostly: {}{}", s.unsupported,
+                       top.empty() ? "?" : top.front().reason,
+                       compile_set > 0
+                           ? fmt::format(" (the cases come from a compile set of {}: --compile-set "
+                                         "with a larger set, or 0, widens them)",
+                                         compile_set)
+                           : "");
   }
   return "no case of its op was drawn within the budget";
 }
 
 reports::BackendReport backend_report(const Backend& b, const BackendStats& s,
-                                      const std::map<std::string, FindingState>& findings) {
+                                      const std::map<std::string, FindingState>& findings, int compile_set) {
   reports::BackendReport br;
   br.name = std::string(b.name()), br.op = std::string(op_name(b.op()));
   br.upstream = std::string(b.provenance());
@@ -53,7 +59,8 @@ reports::BackendReport backend_report(const Backend& b, const BackendStats& s,
   br.worker_restarts = s.worker_restarts, br.restart_seconds = s.restart_seconds;
   br.skipped_restarting = s.skipped_restarting, br.skipped_quarantined = s.skipped_quarantined;
   br.quarantined = s.quarantined;
-  if (s.run == 0) br.error = fmt::format("backend {} ran zero cases: {}", br.name, zero_case_reason(b, s));
+  if (s.run == 0)
+    br.error = fmt::format("backend {} ran zero cases: {}", br.name, zero_case_reason(b, s, compile_set));
   // Quarantined: it was not tested on the rest of the campaign, which the campaign's errors say too.
   if (!s.quarantined.empty())
     br.error = fmt::format("backend {} {}; its findings are kept, {} later cases of its op were not judged",
@@ -90,6 +97,7 @@ std::vector<reports::KnownFindingReport> known_report(const ReportInputs& in) {
 reports::Report build_report(const ReportInputs& in) {
   reports::Report r;
   r.tool_version = std::string(kToolVersion), r.command = in.opts.command_line, r.seed = in.opts.seed;
+  if (const std::string s = stream_args(in.opts.gen); !s.empty()) r.stream = s.substr(1);  // no leading space
   r.cases = static_cast<std::int64_t>(in.cases), r.checks = in.stats.checks, r.seconds = in.seconds;
   r.unavailable = in.selection.unavailable, r.errors = in.selection.errors;
   for (OpKind op : in.selection.ops) {
@@ -100,8 +108,8 @@ reports::Report build_report(const ReportInputs& in) {
   }
   for (const Backend* b : in.selection.backends) {
     const auto it = in.stats.backends.find(std::string(b->name()));
-    r.backends.push_back(
-        backend_report(*b, it == in.stats.backends.end() ? BackendStats{} : it->second, in.findings));
+    r.backends.push_back(backend_report(*b, it == in.stats.backends.end() ? BackendStats{} : it->second,
+                                        in.findings, in.opts.gen.compile_set));
     if (!r.backends.back().error.empty()) r.errors.push_back(r.backends.back().error);
   }
   const FailingCases failing{in.stats.failing, in.stats.failing_worst};

@@ -5,10 +5,14 @@
 // replays the same constraints and stays a valid spec.
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
+#include <tuple>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "driftcheck/fuzz/profiles.hpp"
 #include "driftcheck/fuzz/spec.hpp"
@@ -449,6 +453,122 @@ std::string_view attention_mode(const CaseSpec& s) {
   return any_spec ? "spec" : "prefill";
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Compile sets (GenOptions::compile_set): case k takes its compile-relevant fields from one of K templates,
+// template j being case j of a stream of its own (seed, op, the same profile); its other fields stay case
+// k's.
+
+// The compile-relevant fields of `from` written into `to` (of the same op): the one list compile_key() and
+// the templates share. Triton specialises a kernel on its constexpr arguments (dtypes, block sizes, feature
+// flags), on integers equal to 1 or divisible by 16 and on pointers aligned to 16 bytes; torch.compile on
+// exact sizes and strides. So widths, heads and head size, the block size and the layouts (which set the
+// strides and the base alignment) are taken whole.
+void copy_compile_fields(const CaseSpec& from, CaseSpec& to) {
+  to.act_dtype = from.act_dtype, to.kv_dtype = from.kv_dtype;
+  to.row_pad = from.row_pad, to.base_offset = from.base_offset;
+  if (from.op == OpKind::kAttention) {
+    const auto& f = std::get<AttentionParams>(from.params);
+    auto& t = std::get<AttentionParams>(to.params);
+    t.num_q_heads = f.num_q_heads, t.num_kv_heads = f.num_kv_heads, t.head_dim = f.head_dim;
+    t.block_size = f.block_size, t.causal = f.causal, t.window = f.window, t.softcap = f.softcap;
+    t.has_sinks = f.has_sinks;
+    to.q_token_pad = from.q_token_pad, to.kv_layout = from.kv_layout;
+    return;
+  }
+  to.hidden = from.hidden;
+  if (from.op == OpKind::kConcat) to.hidden_b = from.hidden_b;
+  if (from.op == OpKind::kRmsNorm) {
+    const auto& f = std::get<RmsNormParams>(from.params);
+    auto& t = std::get<RmsNormParams>(to.params);
+    t.weight_mode = f.weight_mode, t.residual = f.residual;
+    to.inplace_output = from.inplace_output, to.contiguous_output = from.contiguous_output;
+  }
+  if (from.op == OpKind::kDualRmsNormCat)
+    std::get<DualRmsNormCatParams>(to.params).weight_mode =
+        std::get<DualRmsNormCatParams>(from.params).weight_mode;
+}
+
+// Case s with template t's compile-relevant fields, and what its own draws derived from the fields it had
+// redone for the new ones: the row bound of a row op, the default softmax scale 1/sqrt(D), fp8 scales (1
+// outside fp8), at most two sequences and one spare block with blocks of 256 tokens or more (their fill
+// cost), and masked rows only where the case stays causal.
+void apply_compile_template(CaseSpec& s, const CaseSpec& t) {
+  using I = std::int64_t;
+  if (s.op != OpKind::kAttention) {
+    copy_compile_fields(t, s);
+    const I width = s.op == OpKind::kConcat ? s.hidden + s.hidden_b : s.hidden;
+    s.rows = std::min(s.rows, std::max<I>(1, kRowBudget / width));
+    return;
+  }
+  const bool was_fp8 = is_fp8(s.kv_dtype);
+  const I old_dim = std::get<AttentionParams>(s.params).head_dim;
+  copy_compile_fields(t, s);
+  auto& p = std::get<AttentionParams>(s.params);
+  if (p.scale == 1.0 / std::sqrt(static_cast<double>(old_dim)))
+    p.scale = 1.0 / std::sqrt(static_cast<double>(p.head_dim));
+  if (!is_fp8(s.kv_dtype)) {
+    p.k_scale = p.v_scale = 1.0;
+  } else if (!was_fp8) {
+    const auto& tp = std::get<AttentionParams>(t.params);
+    p.k_scale = tp.k_scale, p.v_scale = tp.v_scale;
+  }
+  if (p.block_size >= 256) {
+    const std::size_t keep = std::min<std::size_t>(s.seq_lens.size(), 2);
+    s.seq_lens.resize(keep), s.query_lens.resize(keep);
+    s.spare_blocks = std::min<I>(s.spare_blocks, 1);
+  }
+  if (s.special == Special::kMaskedRows) {
+    bool masked = false;
+    for (std::size_t i = 0; i < s.seq_lens.size(); ++i) {
+      if (!p.causal) s.query_lens[i] = std::min(s.query_lens[i], s.seq_lens[i]);
+      masked = masked || s.query_lens[i] > s.seq_lens[i];
+    }
+    if (!masked) s.special = Special::kNone;
+  }
+}
+
+CaseSpec draw_spec(OpKind op, const GenOptions& opts) {
+  return opts.model.empty() ? draw_default(op, opts) : draw_for_model(op, opts);
+}
+
+using Templates = std::shared_ptr<const std::vector<CaseSpec>>;
+
+rc::Gen<CaseSpec> gen_spec(OpKind op, const GenOptions& opts, Templates templates) {
+  return rc::gen::exec([op, opts, templates] {
+    CaseSpec s = draw_spec(op, opts);
+    // The template is drawn last, so case k's other fields are case k's of the stream without a compile set.
+    if (templates) apply_compile_template(s, (*templates)[*inRange<std::size_t>(0, templates->size())]);
+    return s;
+  });
+}
+
+constexpr int kSize = 100;  // RapidCheck's nominal maximum: ranges are drawn in full, within the safe limit
+
+rc::Random stream_random(std::uint64_t seed, std::uint64_t index, OpKind op, std::uint64_t salt) {
+  return rc::Random(rc::Random::Key{seed, index, static_cast<std::uint64_t>(op), salt});
+}
+
+constexpr std::uint64_t kStreamSalt = 0x64726966746368ull;   // "driftch"
+constexpr std::uint64_t kCompileSalt = 0x636f6d70696c65ull;  // "compile"
+
+// The K templates of (seed, op, profile), drawn once per process and kept (under generation_mutex()):
+// template j is the same for every K > j, so a larger compile set only adds combinations.
+Templates compile_templates(OpKind op, std::uint64_t seed, const GenOptions& opts) {
+  using Key = std::tuple<std::uint64_t, OpKind, bool, std::string, int>;
+  static std::map<Key, Templates> cache;
+  const Key key{seed, op, opts.large_shapes, opts.model, opts.compile_set};
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= 256) cache.clear();  // many seeds in one process (tests): keep the memory bounded
+  GenOptions plain = opts;
+  plain.compile_set = 0;
+  auto templates = std::make_shared<std::vector<CaseSpec>>();
+  for (int j = 0; j < opts.compile_set; ++j)
+    templates->push_back(gen_spec(op, plain, nullptr)(
+                             stream_random(seed, static_cast<std::uint64_t>(j), op, kCompileSalt), kSize)
+                             .value());
+  return cache[key] = std::move(templates);
+}
+
 // RapidCheck's rc::gen::exec keeps the picks of the running generator in process-global state, so two threads
 // generating (or evaluating a shrink, which re-runs the generator) at once corrupt each other ("operator* is
 // not allowed in this context"). Every evaluation of a drawn shrinkable therefore runs under one process-wide
@@ -495,17 +615,47 @@ std::recursive_mutex& generation_mutex() {
 }
 
 rc::Gen<CaseSpec> gen_case_spec(OpKind op, const GenOptions& opts) {
-  return rc::gen::exec(
-      [op, opts] { return opts.model.empty() ? draw_default(op, opts) : draw_for_model(op, opts); });
+  if (opts.compile_set != 0)
+    throw InvalidArgument("a compile set is drawn from its seed: draw_case, not gen_case_spec");
+  return gen_spec(op, opts, nullptr);
 }
 
-// RapidCheck's size 100 is its nominal maximum: ranges are drawn in full and stay within the safe size limit.
 rc::Shrinkable<CaseSpec> draw_case(OpKind op, std::uint64_t seed, std::uint64_t index,
                                    const GenOptions& opts) {
-  const rc::Random::Key key{seed, index, static_cast<std::uint64_t>(op), 0x64726966746368ull /* "driftch" */};
-  constexpr int kSize = 100;
+  if (opts.compile_set < 0 || opts.compile_set > kMaxCompileSet)
+    throw InvalidArgument(fmt::format("compile set {}: 0 (off) to {}", opts.compile_set, kMaxCompileSet));
   const std::lock_guard lock(generation_mutex());
-  return rc::makeShrinkable<LockedSpec>(gen_case_spec(op, opts)(rc::Random(key), kSize));
+  Templates templates = opts.compile_set > 0 ? compile_templates(op, seed, opts) : nullptr;
+  return rc::makeShrinkable<LockedSpec>(
+      gen_spec(op, opts, std::move(templates))(stream_random(seed, index, op, kStreamSalt), kSize));
+}
+
+std::string compile_key(const CaseSpec& s) {
+  CaseSpec k;
+  k.op = s.op;
+  switch (s.op) {
+    case OpKind::kRmsNorm:
+      k.params = RmsNormParams{};
+      break;
+    case OpKind::kConcat:
+      k.params = ConcatParams{};
+      break;
+    case OpKind::kDualRmsNormCat:
+      k.params = DualRmsNormCatParams{};
+      break;
+    case OpKind::kAttention:
+      k.params = AttentionParams{};
+      break;
+  }
+  copy_compile_fields(s, k);
+  return nlohmann::json(k).dump();
+}
+
+std::string stream_args(const GenOptions& opts) {
+  std::string out;
+  if (!opts.model.empty()) out += " --model " + opts.model;
+  if (opts.compile_set > 0) out += fmt::format(" --compile-set {}", opts.compile_set);
+  return out;
 }
 
 // Coarse on purpose: a finding's signature is (op, backend, verdict, shape class), and one repro bundle is

@@ -43,6 +43,7 @@ struct FuzzArgs {
   bool resume = false;
   std::string known_findings;  // empty: the list built into the binary
   std::string model;
+  std::optional<int> compile_set;  // unset: the selected backends' declared one
   ShardArgs shard;
   ProgressArgs progress;
   std::string corpus;
@@ -55,6 +56,7 @@ struct ReplayArgs {
   std::optional<std::uint64_t> index;
   std::string op;
   std::string model;
+  int compile_set = 0;
 };
 
 // The declared numerics that concern the backend's op (numerics_terms.hpp), as one line of key=value.
@@ -93,6 +95,8 @@ int list_command(std::ostream& out) {
         b->provenance().empty() ? "(none named)" : b->provenance(), numerics_summary(*b),
         supports.empty() ? "(not summarised)" : supports);
     if (!origin.empty()) out << fmt::format("      from: {}\n", origin);
+    if (b->compile_set() > 0)
+      out << fmt::format("      compile set: {} (docs/CAMPAIGN.md \"Compile sets\")\n", b->compile_set());
   }
   out << "\nmodels (driftcheck fuzz --model NAME: their real shapes in 4 cases of 5):\n";
   for (const ModelProfile& m : model_profiles())
@@ -151,6 +155,7 @@ int fuzz_command(const FuzzArgs& a, const std::vector<std::string>& named, const
   if (a.backends.empty() && !a.resume && !named.empty())
     o.backend_globs = fmt::format("{}", fmt::join(named, ","));
   o.seconds = a.seconds, o.cases = a.cases, o.seed = a.seed, o.jobs = a.jobs, o.gen.model = a.model;
+  o.compile_set = a.compile_set;
   o.shrink_seconds = a.shrink_seconds, o.grace_seconds = a.grace_seconds;
   o.shrink_seconds_per_finding = a.shrink_seconds_per_finding;
   o.quarantine_faults = a.quarantine_faults;
@@ -207,6 +212,7 @@ int replay_command(const ReplayArgs& a, std::ostream& out) {
   gen.model = a.model;
   if (!gen.model.empty() && find_model_profile(gen.model) == nullptr)
     throw UsageError(fmt::format("unknown model '{}' (models: {})", gen.model, model_profile_names()));
+  gen.compile_set = a.compile_set;
   const CaseSpec spec = draw_case(op, *a.seed, *a.index, gen).value();
   Case c = materialize(spec);
   c.seed = *a.seed, c.index = *a.index;
@@ -249,9 +255,14 @@ void add_fuzz_options(CLI::App& cmd, FuzzArgs& a) {
       "known upstream findings to report apart (TOML, docs/FINDINGS.md; default: the built-in list)");
   auto* model = cmd.add_option(
       "--model", a.model, "draw a model's real shapes in most cases (driftcheck list shows the profiles)");
+  auto* compile = cmd.add_option("--compile-set", a.compile_set,
+                                 "draw the compile-relevant parameters (dtypes, widths, heads, block sizes, "
+                                 "flags, layouts) from K combinations, for JIT-compiled kernels (0: off; "
+                                 "default: what the backends declare; docs/CAMPAIGN.md \"Compile sets\")")
+                      ->check(CLI::Range(0, kMaxCompileSet));
   // A resumed campaign keeps the stream it was started with; only budgets may change.
   cmd.add_flag("--resume", a.resume, "continue the campaign journaled in --out")
-      ->excludes(op, be, seed, mut, model);
+      ->excludes(op, be, seed, mut, model, compile);
   add_shard_options(cmd, a.shard);
   add_progress_options(cmd, a.progress);
   cmd.add_option(
@@ -266,6 +277,8 @@ void add_replay_options(CLI::App& cmd, ReplayArgs& a) {
   cmd.add_option("--case", a.index, "stream replay: case index")->check(uint64_text());
   cmd.add_option("--op", a.op, "stream replay: op of the case");
   cmd.add_option("--model", a.model, "stream replay: the campaign's model profile");
+  cmd.add_option("--compile-set", a.compile_set, "stream replay: the campaign's compile set")
+      ->check(CLI::Range(0, kMaxCompileSet));
 }
 
 // Every option takes one value per occurrence, so that none swallows the positional arguments after it:

@@ -154,6 +154,9 @@ struct BackendDefinition {
   std::filesystem::path path;  // absolute; empty for a built-in
 };
 
+// The largest compile set a campaign draws from (Backend::compile_set, GenOptions::compile_set).
+inline constexpr int kMaxCompileSet = 64;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -211,6 +214,10 @@ class Backend {
     (void)defects;
     return nullptr;
   }
+  // A kernel compiled just in time for every new specialisation (Triton, torch.compile) declares the compile
+  // set a campaign should draw its cases from (a backends file's `compile_set = K`; docs/CAMPAIGN.md "Compile
+  // sets"), so that it compiles K times and not once per case. 0: none needed.
+  virtual int compile_set() const { return 0; }
 };
 
 class Registry {

@@ -212,6 +212,9 @@ struct Report {
   std::string tool_version;
   std::string command;
   std::uint64_t seed = 0;
+  // The flags that select the stream besides the seed, as `driftcheck replay` takes them ("--model NAME
+  // --compile-set K"); empty for the default stream. A compile set the backends declared is not in `command`.
+  std::string stream;
   std::int64_t cases = 0;
   std::int64_t checks = 0;  // backend-case evaluations (supported ones)
   double seconds = 0;

@@ -58,7 +58,8 @@ struct BackendDecl {
   // external backend follows case by case (a twin whose declared rounding depends on the path a batch takes).
   // Null otherwise. It lives in the registry the file was read against, as long as the backend built from it.
   const Backend* numerics_like = nullptr;
-  std::string twin;  // `twin = "cpu.x"`: the registered CPU twin that models this kernel, or empty
+  std::string twin;     // `twin = "cpu.x"`: the registered CPU twin that models this kernel, or empty
+  int compile_set = 0;  // `compile_set = K`: a JIT kernel's compile set (Backend::compile_set), 0: none
   StaticSupports supports;
   std::optional<WorkerCommand> worker;  // `command = [...]`
   int max_workers = 0;

@@ -32,7 +32,8 @@ struct PluginOptions {
   // The backends file that declares it (`plugin = "x.so"`); empty for a plugin loaded with --plugin, which
   // the plugin's own path defines (Backend::definition).
   std::filesystem::path backends_file;
-  std::string twin;  // the CPU twin that models the plugin's kernel (Backend::twin), or empty
+  std::string twin;     // the CPU twin that models the plugin's kernel (Backend::twin), or empty
+  int compile_set = 0;  // a backends file's `compile_set` (Backend::compile_set)
   // A backends file's numerics: when given they must equal the plugin's declaration (a file cannot widen a
   // plugin's tolerance behind its back, nor the plugin the file's).
   std::optional<Numerics> numerics;

@@ -62,13 +62,14 @@ std::string definition_args(const BackendDefinition& d);
 std::string definition_args(std::string_view backend, const Registry& reg);
 
 // The command that replays case `index` of seed `seed` alone on `backend`, with what it needs to find the
-// backend (definition_args) and the campaign's model profile.
+// backend (definition_args) and the flags of the campaign's stream (`stream`, as stream_args() writes them:
+// its model profile and compile set).
 std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index, const Backend& backend,
-                                  std::string_view model = {});
+                                  std::string_view stream = {});
 // The same for a backend named only ("<backend>", for a kernel that runs elsewhere), or whose definition
 // arguments the caller has (`definition`, as definition_args writes them).
 std::string stream_replay_command(OpKind op, std::uint64_t seed, std::uint64_t index,
-                                  std::string_view backend, std::string_view model = {},
+                                  std::string_view backend, std::string_view stream = {},
                                   std::string_view definition = {});
 
 // The storage formats of a case, the key of its drift statistics: the activation format ("bf16"), and for

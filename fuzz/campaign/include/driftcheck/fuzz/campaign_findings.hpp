@@ -79,10 +79,12 @@ std::string finding_id(std::string_view backend, Verdict v, const std::string& s
 
 class Findings {
  public:
-  // `model`: the campaign's model profile, named in the stream replay commands of its bundles; `backends`:
-  // the registry its backends come from (their definitions go into replay commands and bundles).
-  explicit Findings(std::filesystem::path out_dir, std::string model = {}, const Registry* backends = nullptr)
-      : out_dir_(std::move(out_dir)), model_(std::move(model)), backends_(backends) {}
+  // `stream`: the flags of the campaign's stream (stream_args(): model profile, compile set), in the stream
+  // replay commands of its bundles; `backends`: the registry its backends come from (their definitions go
+  // into replay commands and bundles).
+  explicit Findings(std::filesystem::path out_dir, std::string stream = {},
+                    const Registry* backends = nullptr)
+      : out_dir_(std::move(out_dir)), stream_(std::move(stream)), backends_(backends) {}
 
   // The journal that "finding" and "bundle" records go to (set once it is open).
   void attach(Journal* journal) { journal_ = journal; }
@@ -134,7 +136,7 @@ class Findings {
   DefinitionRecord definition_of(const std::string& backend) const;
 
   std::filesystem::path out_dir_;
-  std::string model_;
+  std::string stream_;
   const Registry* backends_ = nullptr;
   Journal* journal_ = nullptr;
   mutable std::mutex mu_;

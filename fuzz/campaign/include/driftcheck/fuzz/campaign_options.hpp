@@ -56,6 +56,10 @@ struct CampaignOptions {
   ProgressStyle progress;                // how progress is shown on `log` (progress.hpp)
   bool summary = true;  // print the summary table on `log` at the end (the gate prints its own)
   GenOptions gen;
+  // --compile-set K: gen.compile_set for a new campaign. Unset: the smallest `compile_set` the selected
+  // backends declare (Backend::compile_set(), a backends file's key), or none. A resumed campaign keeps its
+  // journal's.
+  std::optional<int> compile_set;
   // Only cases whose storage formats are all listed are judged (empty: every case); the others are drawn and
   // skipped, so case k stays case k of the stream and replays alone.
   std::vector<DType> formats;

@@ -13,6 +13,7 @@
 #include <rapidcheck.h>
 #include <nlohmann/json_fwd.hpp>
 
+#include "driftcheck/device/backend.hpp"  // kMaxCompileSet
 #include "driftcheck/reference/case.hpp"
 
 namespace driftcheck::fuzz {
@@ -110,9 +111,29 @@ struct GenOptions {
   // A model profile's name (profiles.hpp): its real shapes in most cases. Empty: the default stream, which no
   // profile changes.
   std::string model;
+  // Compile set (docs/CAMPAIGN.md "Compile sets"): K > 0 draws every case's compile-relevant parameters (the
+  // fields compile_key() names: dtypes, widths, heads, head size, block size, feature flags, layout classes)
+  // from K combinations fixed by (seed, op), so a JIT-compiled kernel meets at most K specialisations per op
+  // and reaches steady state after K compiles. Case k's other parameters (batch, lengths, values, table
+  // layout) are those of case k of the stream without it, trimmed where the combination's shape needs it.
+  // 0: off, the stream unchanged. At most kMaxCompileSet.
+  int compile_set = 0;
 };
 
+// The default (or model) stream's generator; a compile set needs the seed, so it is drawn by draw_case only
+// (gen_case_spec throws InvalidArgument for GenOptions::compile_set > 0).
 rc::Gen<CaseSpec> gen_case_spec(OpKind op, const GenOptions& opts = {});
+
+// What a JIT-compiled kernel specialises on, as one string (two cases with equal keys need no new compile):
+// the formats, widths (rmsnorm, dual, concat), heads, head size and block size (attention), the feature flags
+// kernels take as compile-time constants (weight mode, residual, in-place or fresh output, causal, the
+// window, softcap, sinks) and the layout classes (row padding, base offset, fused q, KV storage). The batch,
+// the lengths, eps and the scales, the values and the block table are not in it.
+std::string compile_key(const CaseSpec& s);
+
+// The stream replay flags of a generator's options (" --model NAME --compile-set K", empty for the default
+// stream), as `driftcheck replay` takes them.
+std::string stream_args(const GenOptions& opts);
 
 // The deterministic case k of seed s: draws gen_case_spec(op) with a Random derived from (seed, index, op).
 // Returns the shrinkable so a failure can be shrunk. Safe to call from several threads: the returned
