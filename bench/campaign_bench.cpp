@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "driftcheck/fuzz/allocator.hpp"
 #include "driftcheck/fuzz/campaign.hpp"
 
 namespace {
@@ -74,6 +75,7 @@ void print_breakdown(const driftcheck::reports::Report& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  driftcheck::fuzz::tune_allocator();  // as the driftcheck binary does
   const Args a = parse(argc, argv);
   const auto dir = std::filesystem::temp_directory_path() / "driftcheck_campaign_bench";
   std::filesystem::remove_all(dir);

@@ -25,6 +25,7 @@
 #include "driftcheck/device/backend.hpp"
 #include "driftcheck/device/device_reference.hpp"
 #include "driftcheck/device/registry.hpp"
+#include "driftcheck/fuzz/allocator.hpp"
 #include "driftcheck/fuzz/oracle.hpp"
 #include "driftcheck/fuzz/spec.hpp"
 #include "driftcheck/reference/reference.hpp"
@@ -183,6 +184,7 @@ void run_case(const Args& a, OpKind op, std::uint64_t k, const std::vector<const
 }  // namespace
 
 int main(int argc, char** argv) {
+  driftcheck::fuzz::tune_allocator();  // as the driftcheck binary does
   const Args a = parse(argc, argv);
   OpKind op{};
   if (!parse_op(a.op, &op)) {
