@@ -33,7 +33,6 @@ TEST(CostModel, FitsALineThroughTheObservedCases) {
   EXPECT_FALSE(m.predict(OpKind::kAttention, 1e6)) << "nothing observed";
   // seconds = 0.001 + 2e-6 * work, exactly.
   for (int i = 0; i < 7; ++i) m.observe(OpKind::kAttention, 1e3 * (i + 1), 0.001 + 2e-6 * 1e3 * (i + 1));
-  EXPECT_FALSE(m.predict(OpKind::kAttention, 1e6)) << "fewer than kMinCases cases";
   m.observe(OpKind::kAttention, 1e5, 0.001 + 2e-6 * 1e5);
   ASSERT_TRUE(m.predict(OpKind::kAttention, 1e6));
   EXPECT_NEAR(*m.predict(OpKind::kAttention, 1e6), 0.001 + 2.0, 1e-9) << "on the line: no spread";
@@ -43,6 +42,21 @@ TEST(CostModel, FitsALineThroughTheObservedCases) {
   CostModel spread;
   for (int i = 0; i < 8; ++i) spread.observe(OpKind::kConcat, 100, i % 2 == 0 ? 1.0 : 3.0);
   EXPECT_NEAR(*spread.predict(OpKind::kConcat, 100), 2.0 + CostModel::kSpread * std::sqrt(8.0 / 6.0), 1e-9);
+}
+
+// Before kMinCases cases there is no line: the costliest case seen, whatever the work.
+TEST(CostModel, AFewCasesPredictTheCostliestSeen) {
+  CostModel m;
+  EXPECT_FALSE(m.predict(OpKind::kAttention, 1e6)) << "nothing observed";
+  m.observe(OpKind::kAttention, 1e3, 2.0);
+  EXPECT_DOUBLE_EQ(*m.predict(OpKind::kAttention, 1e3), 2.0);
+  EXPECT_DOUBLE_EQ(*m.predict(OpKind::kAttention, 10), 2.0);
+  EXPECT_DOUBLE_EQ(*m.predict(OpKind::kAttention, 1e6), 2.0);
+  m.observe(OpKind::kAttention, 1e4, 1.0);
+  EXPECT_DOUBLE_EQ(*m.predict(OpKind::kAttention, 1e4), 2.0);
+  m.observe(OpKind::kAttention, 0, 3.0);
+  EXPECT_DOUBLE_EQ(*m.predict(OpKind::kAttention, 1), 3.0);
+  EXPECT_FALSE(m.predict(OpKind::kRmsNorm, 1)) << "each op learns alone";
 }
 
 TEST(CostModel, ANegativeInterceptFallsBackToALineThroughTheOrigin) {
@@ -107,6 +121,8 @@ TEST(PhaseLimit, ACaseFitsOnlyWhenItsPredictedCostEndsBeforeTheDeadline) {
   EXPECT_TRUE((PhaseLimit{Clock::now() + std::chrono::seconds(1), nullptr}).fits(s)) << "no model: fits";
   s.op = OpKind::kConcat;
   EXPECT_TRUE((PhaseLimit{Clock::now() + std::chrono::seconds(1), &m}).fits(s)) << "the op is not known yet";
+  m.observe(OpKind::kConcat, 1, 2.0);  // one case of 2 s: a case of it does not fit in 1 s
+  EXPECT_FALSE((PhaseLimit{Clock::now() + std::chrono::seconds(1), &m}).fits(s));
   EXPECT_TRUE(PhaseLimit{}.fits(s));
 }
 

@@ -30,6 +30,7 @@ void CostModel::observe(OpKind op, double work, double seconds) {
   Sums& s = sums_[op];
   s.n += 1, s.w += work, s.t += seconds, s.ww += work * work, s.wt += work * seconds,
       s.tt += seconds * seconds;
+  s.most = std::max(s.most, seconds);
 }
 
 std::optional<double> CostModel::predict(OpKind op, double work) const {
@@ -37,10 +38,10 @@ std::optional<double> CostModel::predict(OpKind op, double work) const {
   {
     std::lock_guard lock(mu_);
     const auto it = sums_.find(op);
-    if (it == sums_.end()) return std::nullopt;
+    if (it == sums_.end() || it->second.n == 0) return std::nullopt;
     s = it->second;
   }
-  if (s.n < kMinCases) return std::nullopt;
+  if (s.n < kMinCases) return s.most;
   const double var = s.ww - s.w * s.w / s.n;  // n * variance of the work
   double a = s.t / s.n, b = 0;
   if (var > 0) {

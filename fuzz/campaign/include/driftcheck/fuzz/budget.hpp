@@ -24,11 +24,14 @@ double case_work(const CaseSpec& s);
 // fit's intercept is negative), plus kSpread standard deviations of the cases around it, since cases of one
 // size differ (how many metamorphic re-runs a case needs, which backends support it): a prediction is meant
 // to be rarely exceeded. Cases run side by side, so what it learns includes their contention, which is what a
-// deadline sees. Thread safe.
+// deadline sees. Until an op has kMinCases cases there is no line to fit: a prediction is then the costliest
+// case observed (not scaled by work: a fixed cost per run may dominate, and a few cases say nothing of how
+// cost grows), so a campaign of a few large cases (a --model profile's) does not start one of them again (a
+// heatmap) where it cannot end before the deadline. Thread safe.
 class CostModel {
  public:
   void observe(OpKind op, double work, double seconds);
-  // nullopt until the op has kMinCases observed cases.
+  // nullopt until the op has an observed case.
   std::optional<double> predict(OpKind op, double work) const;
 
   static constexpr double kMinCases = 8;
@@ -36,7 +39,7 @@ class CostModel {
 
  private:
   struct Sums {
-    double n = 0, w = 0, t = 0, ww = 0, wt = 0, tt = 0;
+    double n = 0, w = 0, t = 0, ww = 0, wt = 0, tt = 0, most = 0;  // most: the costliest case's seconds
   };
   mutable std::mutex mu_;
   std::map<OpKind, Sums> sums_;
