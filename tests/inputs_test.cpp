@@ -188,6 +188,10 @@ TEST(Journal, BadFieldsAreExitTwoNamingFileLineAndField) {
        "field 'deferred': expected ascending case indices below 'completed'"},
       {"unknown_type", R"("type":"bundle")", [](json& j) { j["type"] = "bundel"; }, "unknown record type"},
       {"header", R"("type":"header")", [](json& j) { j["args"]["seed"] = "one"; }, "args.seed"},
+      {"compile_set_above", R"("type":"header")", [](json& j) { j["args"]["compile_set"] = 65; },
+       "args.compile_set"},
+      {"compile_set_negative", R"("type":"header")", [](json& j) { j["args"]["compile_set"] = -1; },
+       "args.compile_set"},
       // A count beyond int64 is parsed as a double: converting it to an integer was undefined behaviour.
       {"drift_count", R"("type":"progress")",
        [](json& j) {
