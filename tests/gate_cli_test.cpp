@@ -508,6 +508,27 @@ TEST(GateCli, ExampleGateOnAnExternalKernelPassesAndItsPlantedBugFails) {
     if (c["result"] == "failure") failed.insert(c["name"].get<std::string>());
   EXPECT_TRUE(failed.count("rmsnorm budget")) << j.dump();
   EXPECT_TRUE(failed.count("rmsnorm corpus")) << j.dump();
+
+  // The same kernel declaring a compile set: the gate still runs the config's whole stream (the one its
+  // baseline was measured on), so it passes as before and its campaign names no compile set.
+  const fs::path py = fs::path(DRIFTCHECK_SOURCE_DIR) / "examples/python";
+  std::string jit = slurp(py / "rmsnorm_numpy.toml");
+  const std::string entry = "name = \"numpy.rmsnorm\"\n";
+  jit.insert(jit.find(entry) + entry.size(), "compile_set = 3\ncwd = \"" + py.string() + "\"\n");
+  jit.replace(jit.find("\"../../python\""), 14, "\"" + (py / "../../python").string() + "\"");
+  spit(scratch() / "jit/rmsnorm_numpy.toml", jit);
+  std::string config_jit = slurp(ex / "gate.toml");
+  config_jit.replace(config_jit.find("../python/rmsnorm_numpy.toml"), 28,
+                     (scratch() / "jit/rmsnorm_numpy.toml").string());
+  for (const char* key : {"baseline = \"", "corpus = \""})
+    config_jit.insert(config_jit.find(key) + std::string(key).size(), ex.string() + "/");
+  spit(scratch() / "jit/gate.toml", config_jit);
+  r = run(env + DRIFTCHECK_BIN + " gate --quiet --config " + (scratch() / "jit/gate.toml").string() +
+          " --out " + (scratch() / "jit/out").string());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  const json campaign = json::parse(slurp(scratch() / "jit/out/campaign/report.json"));
+  EXPECT_FALSE(campaign.contains("stream")) << campaign.value("stream", "");
+  EXPECT_EQ(campaign.at("cases"), 300);
 }
 
 // The project's own corpus (.ci/gate/corpus): every correct backend of an entry's op passes it (or does not
