@@ -116,6 +116,13 @@ TEST(ReportJson, ReadsBackWhatItWrote) {
   nlohmann::json older = to_json(r);  // written before backends carried their upstream code
   older["backends"][0].erase("upstream");
   EXPECT_TRUE(report_from_json(older).backends.front().upstream.empty());
+  // A compile-set campaign's stream flags survive the round trip; without them the field is absent.
+  Report streamed = sample();
+  streamed.stream = "--compile-set 8";
+  EXPECT_EQ(report_from_json(to_json(streamed)).stream, "--compile-set 8");
+  EXPECT_FALSE(to_json(r).contains("stream"));
+  EXPECT_NE(to_markdown(streamed).find("Seed "), std::string::npos);
+  EXPECT_NE(to_markdown(streamed).find("(`--compile-set 8`)"), std::string::npos);
   nlohmann::json foreign = to_json(r);
   foreign["format"] = "something.else";
   EXPECT_THROW(report_from_json(foreign), std::runtime_error);
