@@ -813,6 +813,13 @@ TEST(Cli, BackendsFilesAreListedAndBadOnesAreExitTwo) {
   EXPECT_NE(list.out.find("good.toml:4; numerics like:cpu.rmsnorm.native; worker: fault_worker"),
             std::string::npos)
       << list.out;
+  EXPECT_EQ(list.out.find("compile set:"), std::string::npos) << "none declared";
+  // A declared compile set is listed with the backend.
+  const auto jit = write_file("jit.toml", toml_for({.name = "jit"}) + "compile_set = 6\n");
+  const Outcome with_set = driftcheck("list --backends " + jit.string());
+  EXPECT_EQ(with_set.code, 0) << with_set.err;
+  EXPECT_NE(with_set.out.find("      compile set: 6 (docs/CAMPAIGN.md \"Compile sets\")"), std::string::npos)
+      << with_set.out;
 
   const auto bad_file =
       write_file("bad.toml", "format = \"driftcheck.backends\"\nversion = 1\n[[backend]]\nnam = 1\n");
