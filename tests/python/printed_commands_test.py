@@ -1,7 +1,8 @@
 """Every command driftcheck prints runs as printed and reproduces what it names (docs/CAMPAIGN.md "Replay").
 
-A campaign over an external backend (the NumPy RMSNorm with its planted stride bug, through the Python runner)
-and a gate over the same backend, both started from a scratch folder with a relative backends path. Every
+A campaign over an external backend (the NumPy RMSNorm with its planted stride bug, through the Python runner),
+the same from a compile set (its stream replays must carry --compile-set), and a gate over the same backend, all
+started from a scratch folder with a relative backends path. Every
 `driftcheck ...` command they print is collected: the summary on stderr, report.json, report.md, report.html,
 every bundle's finding.json, the gate's summary.md and junit.xml. Each is run as printed (the word `driftcheck`
 being the binary under test), from the folder the campaign ran in: a replay must exit 1 and print FAIL with the
@@ -58,26 +59,42 @@ def collect(text, where, verdict=None):
         commands.append((html.unescape(m.group(0)).strip(), verdict, where))
 
 
-collect(fuzz.stderr, "fuzz summary")
-with open(os.path.join(work, "camp/report.json")) as f:
-    report = json.load(f)
-for g in report["groups"]:
-    commands.append((g["replay"], g["verdict"], f"report.json group {g['id']}"))
-    for m in g["members"]:
-        commands.append((m["replay"], g["verdict"], f"report.json member {m['id']}"))
-for fi in report["findings"]:
-    commands.append((fi["replay"], fi["verdict"], f"report.json finding {fi['id']}"))
-for h in report["heatmaps"]:
-    commands.append((h["replay"], None, "report.json heatmap"))
-for name in ("report.md", "report.html"):
-    with open(os.path.join(work, "camp", name)) as f:
-        collect(f.read(), name)
-findings = os.path.join(work, "camp/findings")
-for d in sorted(os.listdir(findings)):
-    with open(os.path.join(findings, d, "finding.json")) as f:
-        fj = json.load(f)
-    commands.append((fj["replay"], fj["verdict"], f"{d}/finding.json replay"))
-    commands.append((fj["replay_stream"], None, f"{d}/finding.json replay_stream"))
+def collect_campaign(out, stderr):
+    collect(stderr, f"{out} summary")
+    with open(os.path.join(work, out, "report.json")) as f:
+        report = json.load(f)
+    for g in report["groups"]:
+        commands.append((g["replay"], g["verdict"], f"{out}/report.json group {g['id']}"))
+        for m in g["members"]:
+            commands.append((m["replay"], g["verdict"], f"{out}/report.json member {m['id']}"))
+    for fi in report["findings"]:
+        commands.append((fi["replay"], fi["verdict"], f"{out}/report.json finding {fi['id']}"))
+    for h in report["heatmaps"]:
+        commands.append((h["replay"], None, f"{out}/report.json heatmap"))
+    for name in ("report.md", "report.html"):
+        with open(os.path.join(work, out, name)) as f:
+            collect(f.read(), f"{out}/{name}")
+    findings = os.path.join(work, out, "findings")
+    for d in sorted(os.listdir(findings)):
+        with open(os.path.join(findings, d, "finding.json")) as f:
+            fj = json.load(f)
+        commands.append((fj["replay"], fj["verdict"], f"{out}/{d}/finding.json replay"))
+        commands.append((fj["replay_stream"], None, f"{out}/{d}/finding.json replay_stream"))
+    return report
+
+
+collect_campaign("camp", fuzz.stderr)
+
+# The same kernel fuzzed from a compile set (docs/CAMPAIGN.md "Compile sets"): its stream replays carry the flag,
+# and without it they would draw other cases.
+fuzz_set = run([bin_, "fuzz", "--backends", "k.toml", "--backend", BACKEND, "--cases", "60", "--jobs", "2",
+                "--seed", "4", "--compile-set", "6", "--out", "camp_set", "--progress", "none"])
+check(fuzz_set.returncode == 1, f"compile-set campaign exit {fuzz_set.returncode}: {fuzz_set.stderr[-2000:]}")
+report_set = collect_campaign("camp_set", fuzz_set.stderr)
+check(report_set.get("stream") == "--compile-set 6", f"compile-set campaign stream: {report_set.get('stream')}")
+set_streams = [c for c, _, where in commands if where.startswith("camp_set") and " --seed " in c]
+check(set_streams and all("--compile-set 6" in c for c in set_streams),
+      f"compile-set stream replays without the flag: {set_streams[:3]}")
 
 # The gate over the same backend: its summary and JUnit print the commands that replay its failures.
 with open(os.path.join(work, "gate.toml"), "w") as f:
