@@ -5,6 +5,7 @@
 // campaign keeps it; the report names it.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -63,8 +64,9 @@ TEST(CompileSet, EachOpMeetsAtMostKCombinationsAndKeepsTheRestOfItsCase) {
     }
     // Each of 4 templates is picked with probability 1/4 in 300 cases: all of them come.
     EXPECT_EQ(keys.size(), 4u) << op_name(op);
-    // Without a set nearly every case is a new specialisation (282 to 299 of 300 at seed 7).
+    // Without a set nearly every case is a new specialisation (282 to 299 of 300 at seed 7, printed below).
     EXPECT_GT(default_keys.size(), 250u) << op_name(op);
+    std::cout << op_name(op) << ": " << default_keys.size() << " compile keys in 300 cases without a set\n";
     EXPECT_EQ(same_values, 300) << op_name(op);
   }
 }

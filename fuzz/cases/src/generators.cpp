@@ -10,6 +10,7 @@
 #include <mutex>
 #include <numeric>
 #include <tuple>
+#include <variant>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -631,22 +632,9 @@ rc::Shrinkable<CaseSpec> draw_case(OpKind op, std::uint64_t seed, std::uint64_t 
 }
 
 std::string compile_key(const CaseSpec& s) {
-  CaseSpec k;
+  CaseSpec k;  // every field at its default but the compile-relevant ones
   k.op = s.op;
-  switch (s.op) {
-    case OpKind::kRmsNorm:
-      k.params = RmsNormParams{};
-      break;
-    case OpKind::kConcat:
-      k.params = ConcatParams{};
-      break;
-    case OpKind::kDualRmsNormCat:
-      k.params = DualRmsNormCatParams{};
-      break;
-    case OpKind::kAttention:
-      k.params = AttentionParams{};
-      break;
-  }
+  k.params = std::visit([](const auto& p) -> OpParams { return std::decay_t<decltype(p)>{}; }, s.params);
   copy_compile_fields(s, k);
   return nlohmann::json(k).dump();
 }
