@@ -189,6 +189,30 @@ TEST(Cli, ACompileSetCampaignsFindingsReplayWithItsStreamFlags) {
   }
 }
 
+// A mutant is judged with its twin's known upstream defects repaired, in a campaign and in a replay alike:
+// every finding's replay, run as printed, reproduces the verdict the campaign recorded, also where the twin's
+// own defects (masked rows, a page tail) would have failed the case first.
+TEST(Cli, MutantReplaysReproduceTheCampaignsVerdicts) {
+  const auto out = scratch() / "mutant_verdicts";
+  const Outcome fuzz = driftcheck(
+      "fuzz --op attention --backend mutant.attn.page_conversion,mutant.attn.window_off_by_one --cases 200 "
+      "--seed 1 --compile-set 4 --jobs 2 --shrink-seconds 0 --out " +
+      out.string());
+  ASSERT_EQ(fuzz.code, 1) << fuzz.err;
+  const auto report = nlohmann::json::parse(slurp(out / "report.json"));
+  ASSERT_FALSE(report.at("findings").empty());
+  for (const auto& f : report.at("findings")) {
+    const std::string printed = f.at("replay").get<std::string>();
+    const Outcome r = driftcheck(printed.substr(printed.find(' ') + 1));
+    EXPECT_EQ(r.code, 1) << printed;
+    EXPECT_NE(r.out.find(fmt::format("FAIL {} {}:", f.at("backend").get<std::string>(),
+                                     f.at("verdict").get<std::string>())),
+              std::string::npos)
+        << printed << "\n"
+        << r.out;
+  }
+}
+
 // `driftcheck report` over a campaign: every campaign writes report.html itself; the command writes the HTML,
 // Markdown and JSON of one or several runs, exits 1 when a run found drift, and 2 with one line for a
 // directory that holds no run.
